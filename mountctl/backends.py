@@ -1,0 +1,249 @@
+"""One small class per mount program.
+
+Each backend knows only three things: its command line, the environment its
+child needs (credentials travel there or in a 0600 file, never on the command
+line), and how to recognise its own entry in the mount table.  Starting,
+waiting and stopping belong to the supervisor.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from typing import ClassVar
+
+from .errors import BackendNotFound, InvalidSpec
+from .mounttable import MountEntry
+from .s3env import S3Settings
+from .spec import MountSpec
+
+__all__ = ["Backend", "MountS3", "Rclone", "S3fsFuse", "BACKENDS", "get_backend", "choose_backend"]
+
+# rclone expands a remote named in RCLONE_CONFIG_<NAME>_* without any config file.
+_RCLONE_REMOTE = "MOUNTCTL"
+
+
+class Backend:
+    name: ClassVar[str]
+    program: ClassVar[str]
+    install_hint: ClassVar[str]
+
+    def executable(self) -> str:
+        path = shutil.which(self.program)
+        if path is None:
+            raise BackendNotFound(
+                f"backend {self.name!r} needs the program {self.program!r}, which is not on PATH; "
+                f"{self.install_hint}, or choose another with --backend"
+            )
+        return path
+
+    def available(self) -> bool:
+        return shutil.which(self.program) is not None
+
+    def version(self) -> str:
+        try:
+            done = subprocess.run([self.executable(), "--version"], capture_output=True, text=True,
+                                  timeout=10, stdin=subprocess.DEVNULL)
+        except (OSError, subprocess.TimeoutExpired, BackendNotFound) as exc:
+            return f"unknown ({exc})"
+        lines = (done.stdout or done.stderr).strip().splitlines()
+        return lines[0] if lines else "unknown"
+
+    def command(self, spec: MountSpec, settings: S3Settings, workdir: str) -> list[str]:
+        raise NotImplementedError
+
+    def environment(self, spec: MountSpec, settings: S3Settings, workdir: str) -> dict[str, str]:
+        return settings.child_env()
+
+    def owns(self, entry: MountEntry) -> bool:
+        raise NotImplementedError
+
+    def _extra(self, spec: MountSpec) -> list[str]:
+        return list(spec.extra_args.get(self.name, ()))
+
+
+class MountS3(Backend):
+    """AWS Mountpoint for Amazon S3."""
+
+    name = "mount-s3"
+    program = "mount-s3"
+    install_hint = "install AWS's mount-s3 package (https://github.com/awslabs/mountpoint-s3)"
+
+    def command(self, spec: MountSpec, settings: S3Settings, workdir: str) -> list[str]:
+        argv = [self.executable(), spec.bucket, spec.mount_dir, "--foreground",
+                "--region", settings.region, "--log-directory", os.path.join(workdir, "logs")]
+        if spec.prefix:
+            argv += ["--prefix", spec.prefix]
+        if spec.read_only:
+            argv.append("--read-only")
+        if settings.endpoint_url:
+            # Off AWS the store rarely supports the CRC32 trailers mount-s3 adds to uploads.
+            argv += ["--endpoint-url", settings.endpoint_url, "--force-path-style", "--upload-checksums", "off"]
+        if spec.cache_dir or spec.cache_size_mb:
+            # Each mount-s3 process needs a cache directory of its own.
+            argv += ["--cache", os.path.join(spec.cache_dir or workdir, "mount-s3-cache")]
+            if spec.cache_size_mb:
+                argv += ["--max-cache-size", str(spec.cache_size_mb)]
+        argv += ["--metadata-ttl", str(int(spec.metadata_ttl_s))]
+        if spec.uid is not None:
+            argv += ["--uid", str(spec.uid)]
+        if spec.gid is not None:
+            argv += ["--gid", str(spec.gid)]
+        if spec.allow_other:
+            argv.append("--allow-other")
+        if not settings.has_credentials:
+            argv.append("--no-sign-request")
+        return argv + self._extra(spec)
+
+    def owns(self, entry: MountEntry) -> bool:
+        return entry.fs_type in ("fuse", "fuse.mountpoint-s3") and entry.source == "mountpoint-s3"
+
+
+class Rclone(Backend):
+    name = "rclone"
+    program = "rclone"
+    install_hint = "install it with `apt-get install rclone`"
+
+    def command(self, spec: MountSpec, settings: S3Settings, workdir: str) -> list[str]:
+        remote = f"{_RCLONE_REMOTE}:{spec.bucket}/{spec.prefix}".rstrip("/")
+        argv = [self.executable(), "mount", remote, spec.mount_dir,
+                "--config", os.path.join(workdir, "rclone.conf"),
+                "--log-file", os.path.join(workdir, "logs", "rclone.log"), "--log-level", "INFO",
+                "--dir-cache-time", _seconds(spec.metadata_ttl_s), "--poll-interval", "0",
+                # Training reads whole shards front to back: stream them with a deep
+                # in-memory read-ahead and no per-file HEAD for modification times.
+                "--no-modtime", "--buffer-size", "32M", "--vfs-read-chunk-size", "64M",
+                "--vfs-read-chunk-size-limit", "off", "--max-read-ahead", "1M"]
+        if spec.read_only:
+            argv.append("--read-only")
+        if spec.cache_dir or spec.cache_size_mb:
+            argv += ["--vfs-cache-mode", "full", "--cache-dir", os.path.join(spec.cache_dir or workdir, "rclone-cache")]
+            if spec.cache_size_mb:
+                argv += ["--vfs-cache-max-size", f"{spec.cache_size_mb}M"]
+        if spec.uid is not None:
+            argv += ["--uid", str(spec.uid)]
+        if spec.gid is not None:
+            argv += ["--gid", str(spec.gid)]
+        if spec.allow_other:
+            argv.append("--allow-other")
+        return argv + self._extra(spec)
+
+    def environment(self, spec: MountSpec, settings: S3Settings, workdir: str) -> dict[str, str]:
+        env = settings.child_env()
+        # rclone fails with LoadCustomCABundleError when AWS_CA_BUNDLE is set.
+        env.pop("AWS_CA_BUNDLE", None)
+        prefix = f"RCLONE_CONFIG_{_RCLONE_REMOTE}_"
+        env[prefix + "TYPE"] = "s3"
+        env[prefix + "PROVIDER"] = "Other" if settings.endpoint_url else "AWS"
+        env[prefix + "REGION"] = settings.region
+        if settings.endpoint_url:
+            env[prefix + "ENDPOINT"] = settings.endpoint_url
+            env[prefix + "FORCE_PATH_STYLE"] = "true"
+        if settings.has_credentials:
+            env[prefix + "ACCESS_KEY_ID"] = settings.access_key_id or ""
+            env[prefix + "SECRET_ACCESS_KEY"] = settings.secret_access_key or ""
+            if settings.session_token:
+                env[prefix + "SESSION_TOKEN"] = settings.session_token
+        else:
+            env[prefix + "ENV_AUTH"] = "true"
+        return env
+
+    def owns(self, entry: MountEntry) -> bool:
+        return entry.fs_type == "fuse.rclone"
+
+
+class S3fsFuse(Backend):
+    name = "s3fs"
+    program = "s3fs"
+    install_hint = "install it with `apt-get install s3fs`"
+
+    def command(self, spec: MountSpec, settings: S3Settings, workdir: str) -> list[str]:
+        target = spec.bucket + (":/" + spec.prefix.rstrip("/") if spec.prefix else "")
+        options = [
+            f"endpoint={settings.region}",
+            f"stat_cache_expire={max(1, int(spec.metadata_ttl_s))}",
+            f"logfile={os.path.join(workdir, 'logs', 's3fs.log')}",
+            "dbglevel=warn",
+            "retries=3",
+            "connect_timeout=10",
+            "readwrite_timeout=60",
+        ]
+        if settings.endpoint_url:
+            options += [f"url={settings.endpoint_url}", "use_path_request_style"]
+        if settings.has_credentials:
+            options.append(f"passwd_file={os.path.join(workdir, 's3fs.passwd')}")
+        else:
+            options.append("public_bucket=1")
+        if spec.read_only:
+            options.append("ro")
+        if spec.cache_dir or spec.cache_size_mb:
+            options.append(f"use_cache={os.path.join(spec.cache_dir or workdir, 's3fs-cache')}")
+        if spec.uid is not None:
+            options.append(f"uid={spec.uid}")
+        if spec.gid is not None:
+            options.append(f"gid={spec.gid}")
+        if spec.allow_other:
+            options.append("allow_other")
+        extra = self._extra(spec)
+        for option in options:
+            if "," in option.split("=", 1)[-1]:
+                raise InvalidSpec(f"s3fs option {option!r} may not contain a comma")
+        return [self.executable(), target, spec.mount_dir, "-f", "-o", ",".join(options)] + extra
+
+    def environment(self, spec: MountSpec, settings: S3Settings, workdir: str) -> dict[str, str]:
+        if settings.has_credentials:
+            secret = f"{settings.access_key_id}:{settings.secret_access_key}"
+            if settings.session_token:
+                secret += f":{settings.session_token}"
+            _write_private(os.path.join(workdir, "s3fs.passwd"), secret + "\n")
+        env = settings.child_env()
+        # s3fs would prefer these over the password file; keep one source of truth.
+        for name in ("AWSACCESSKEYID", "AWSSECRETACCESSKEY", "AWSSESSIONTOKEN"):
+            env.pop(name, None)
+        return env
+
+    def owns(self, entry: MountEntry) -> bool:
+        return entry.fs_type == "fuse.s3fs"
+
+
+def _write_private(path: str, content: str) -> None:
+    """Create (or replace) a file readable by its owner only, without a world-readable moment."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.fchmod(fd, 0o600)
+        os.write(fd, content.encode())
+    finally:
+        os.close(fd)
+
+
+def _seconds(value: float) -> str:
+    text = f"{value:.3f}".rstrip("0").rstrip(".")
+    return f"{text}s" if re.match(r"^\d", text) else "0s"
+
+
+BACKENDS: dict[str, Backend] = {backend.name: backend for backend in (MountS3(), Rclone(), S3fsFuse())}
+_AUTO_ORDER = ("mount-s3", "rclone", "s3fs")
+
+
+def get_backend(name: str) -> Backend:
+    try:
+        return BACKENDS[name]
+    except KeyError:
+        raise InvalidSpec(f"unknown backend {name!r}: choose one of auto, {', '.join(BACKENDS)}") from None
+
+
+def choose_backend(name: str) -> Backend:
+    """Resolve ``auto`` to the first installed program: mount-s3, then rclone, then s3fs."""
+    if name != "auto":
+        backend = get_backend(name)
+        backend.executable()
+        return backend
+    for candidate in _AUTO_ORDER:
+        if BACKENDS[candidate].available():
+            return BACKENDS[candidate]
+    raise BackendNotFound(
+        "no mount program found (tried mount-s3, rclone, s3fs on PATH); install one, e.g. "
+        "`apt-get install rclone`, or AWS's mount-s3 package"
+    )

@@ -1,0 +1,78 @@
+"""Taking FUSE mounts down: polite unmount, lazy unmount, and aborting a wedged connection."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+
+from .mounttable import MountEntry, find_mount
+
+__all__ = ["UnmountResult", "unmount", "abort_connection", "force_clear"]
+
+log = logging.getLogger("mountctl")
+
+_FUSE_CONNECTIONS = "/sys/fs/fuse/connections"
+
+
+@dataclass(frozen=True)
+class UnmountResult:
+    ok: bool
+    busy: bool
+    message: str
+
+
+def _run(argv: list[str], timeout_s: float) -> tuple[int, str]:
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s,
+                              stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        return 124, f"{argv[0]} did not return within {timeout_s:g}s"
+    except FileNotFoundError:
+        return 127, f"{argv[0]} is not installed"
+    return done.returncode, (done.stderr or done.stdout).strip()
+
+
+def unmount(mount_point: str, *, lazy: bool = False, timeout_s: float = 5.0) -> UnmountResult:
+    """Unmount once; ``busy`` tells the caller to wait or go lazy."""
+    if find_mount(mount_point) is None:
+        return UnmountResult(True, False, "not mounted")
+    attempts = []
+    if shutil.which("fusermount3"):
+        attempts.append(["fusermount3", "-uz" if lazy else "-u", mount_point])
+    elif shutil.which("fusermount"):
+        attempts.append(["fusermount", "-uz" if lazy else "-u", mount_point])
+    attempts.append(["umount", "-l", mount_point] if lazy else ["umount", mount_point])
+    message = ""
+    for argv in attempts:
+        code, message = _run(argv, timeout_s)
+        if find_mount(mount_point) is None:
+            return UnmountResult(True, False, message or "unmounted")
+        if "busy" in message.lower():
+            return UnmountResult(False, True, message)
+    return UnmountResult(False, False, message or "still mounted")
+
+
+def abort_connection(entry: MountEntry) -> bool:
+    """Fail every pending and future request of a FUSE connection (unblocks hung readers)."""
+    if not entry.is_fuse:
+        return False
+    path = os.path.join(_FUSE_CONNECTIONS, str(entry.fuse_connection), "abort")
+    try:
+        with open(path, "w") as control:
+            control.write("1")
+        return True
+    except OSError as exc:
+        log.debug("could not abort FUSE connection %s: %s", entry.fuse_connection, exc)
+        return False
+
+
+def force_clear(mount_point: str, *, timeout_s: float = 5.0) -> UnmountResult:
+    """Clear a dead or wedged mount: abort its connection, then detach it lazily."""
+    entry = find_mount(mount_point)
+    if entry is None:
+        return UnmountResult(True, False, "not mounted")
+    abort_connection(entry)
+    return unmount(mount_point, lazy=True, timeout_s=timeout_s)

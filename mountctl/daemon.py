@@ -9,7 +9,9 @@ SIGTERM, SIGINT and SIGHUP unmount and exit.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import signal
 import sys
 import threading
@@ -90,7 +92,12 @@ def _nobody_holds(registry: Registry, mount_dir: str) -> bool:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    return serve(args[0])
+    code = serve(args[0])
+    if code == 0 and len(args) > 1:
+        # A clean run leaves no log behind; a failed one keeps it for `mountctl status`/the error message.
+        with contextlib.suppress(OSError):
+            os.unlink(args[1])
+    return code
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import json
 import logging
 import os
 import shutil
@@ -31,6 +32,7 @@ from .fusectl import force_clear, unmount
 from .mounttable import find_mount
 from .preflight import check_bucket_access
 from .probe import probe_path
+from .registry import process_identity
 from .s3env import S3Settings, redact, resolve
 from .spec import MountSpec
 
@@ -190,6 +192,9 @@ class Mount:
             if self._child is not None:
                 return self
             self._backend = choose_backend(self.spec.backend)
+            from .doctor import sweep_abandoned_workdirs
+
+            sweep_abandoned_workdirs()
             log.info("mounting %s at %s with %s", self.spec.uri, self.path, self._backend.name)
             self._created_dir = check_mount_dir(self.spec)
             try:
@@ -198,6 +203,9 @@ class Mount:
                                         timeout_s=min(10.0, self.spec.mount_timeout_s))
                 self._workdir = tempfile.mkdtemp(prefix="mount-", dir=paths.runtime_dir())
                 os.makedirs(os.path.join(self._workdir, "logs"), mode=0o700)
+                # Lets the next start (or `mountctl cleanup`) tidy up if this process is SIGKILLed.
+                with open(os.path.join(self._workdir, "owner.json"), "w") as owner:
+                    json.dump({**process_identity(), "mount_dir": self.path}, owner)
                 self._spawn_and_wait()
             except BaseException:
                 self._cleanup_files()

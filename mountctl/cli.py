@@ -1,0 +1,255 @@
+"""The ``mountctl`` command line: a thin layer over the Python API."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import shlex
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from .errors import MountError
+from .s3env import redact
+
+__all__ = ["main"]
+
+
+def _parser() -> argparse.ArgumentParser:
+    formatter = argparse.RawDescriptionHelpFormatter
+    parser = argparse.ArgumentParser(
+        prog="mountctl", formatter_class=formatter,
+        description="Serve S3 to PyTorch loaders as plain files through supervised FUSE mounts.",
+        epilog="example:\n  mountctl local-s3 start && eval \"$(mountctl local-s3 env)\"\n"
+               "  mountctl mount s3://mountctl/ /tmp/m --backend rclone\n  mountctl status\n  mountctl unmount /tmp/m",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="log what mountctl does")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    m = commands.add_parser(
+        "mount", formatter_class=formatter, help="mount an S3 prefix; returns once it is readable",
+        description="Mount s3://bucket[/prefix/] at DIR under a detached supervisor that remounts it "
+                    "if the mount program dies or hangs. Endpoint and credentials come from the "
+                    "standard AWS environment (AWS_ENDPOINT_URL, AWS_PROFILE, ...).",
+        epilog="example:\n  mountctl mount s3://my-bucket/train/ /mnt/train --backend rclone --metadata-ttl 300")
+    m.add_argument("uri", help="s3://bucket/ or s3://bucket/prefix/")
+    m.add_argument("dir", help="mount directory (created if missing; must be empty)")
+    m.add_argument("--backend", default="auto", choices=["auto", "mount-s3", "rclone", "s3fs"],
+                   help="mount program; auto = mount-s3, else rclone, else s3fs (default: auto)")
+    m.add_argument("--read-write", action="store_true", help="allow writes (default: read-only)")
+    m.add_argument("--cache-dir", help="local cache directory (enables the program's data cache)")
+    m.add_argument("--cache-size-mb", type=int, help="cap on the data cache, in MiB")
+    m.add_argument("--metadata-ttl", type=float, default=60.0, help="seconds to cache listings and attributes")
+    m.add_argument("--endpoint-url", help="S3 endpoint (default: AWS_ENDPOINT_URL or AWS)")
+    m.add_argument("--region", help="S3 region (default: AWS_REGION or us-east-1)")
+    m.add_argument("--uid", type=int, help="owner uid of the files")
+    m.add_argument("--gid", type=int, help="owner gid of the files")
+    m.add_argument("--allow-other", action="store_true", help="let other users read the mount")
+    m.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the mount (default 30)")
+    m.add_argument("--no-watchdog", action="store_true", help="do not remount automatically")
+    m.add_argument("--extra-arg", action="append", default=[], metavar="ARG",
+                   help="pass ARG to the mount program as is (repeatable)")
+
+    u = commands.add_parser("unmount", formatter_class=formatter, help="unmount and stop the supervisor",
+                            epilog="example:\n  mountctl unmount /mnt/train")
+    u.add_argument("dir")
+    u.add_argument("--timeout", type=float, default=30.0, help="seconds to wait (default 30)")
+
+    s = commands.add_parser("status", formatter_class=formatter, help="list managed mounts and their health",
+                            description="Each mount's health is probed with a bound, so this never hangs.",
+                            epilog="example:\n  mountctl status --json | python -m json.tool")
+    s.add_argument("--json", action="store_true", help="print JSON")
+    s.add_argument("--timeout", type=float, default=2.0, help="health probe bound per mount (default 2 s)")
+
+    d = commands.add_parser("doctor", formatter_class=formatter, help="check FUSE, programs, credentials, S3",
+                            epilog="example:\n  mountctl doctor --uri s3://my-bucket/train/")
+    d.add_argument("--json", action="store_true", help="print JSON")
+    d.add_argument("--uri", help="also check access to this bucket/prefix")
+
+    c = commands.add_parser("cleanup", formatter_class=formatter,
+                            help="clear stale mounts and records left by crashed processes",
+                            epilog="example:\n  mountctl cleanup")
+    c.add_argument("--json", action="store_true", help="print JSON")
+
+    local = commands.add_parser(
+        "local-s3", formatter_class=formatter, help="the embedded local S3 server (SeaweedFS)",
+        description="Run SeaweedFS on 127.0.0.1 with generated credentials, for demos and tests.",
+        epilog="example:\n  mountctl local-s3 start\n  eval \"$(mountctl local-s3 env)\"\n  mountctl local-s3 stop")
+    actions = local.add_subparsers(dest="action", required=True, metavar="ACTION")
+    start = actions.add_parser("start", help="start (no-op when running); returns when S3 answers",
+                               epilog="example:\n  mountctl local-s3 start --bucket data", formatter_class=formatter)
+    start.add_argument("--bucket", action="append", help="bucket to create (repeatable; default: mountctl)")
+    start.add_argument("--timeout", type=float, default=60.0)
+    actions.add_parser("stop", help="stop the server", epilog="example:\n  mountctl local-s3 stop",
+                       formatter_class=formatter)
+    st = actions.add_parser("status", help="running or not, endpoint, pid",
+                            epilog="example:\n  mountctl local-s3 status --json", formatter_class=formatter)
+    st.add_argument("--json", action="store_true")
+    actions.add_parser("env", help="print export lines for eval",
+                       epilog="example:\n  eval \"$(mountctl local-s3 env)\"", formatter_class=formatter)
+    return parser
+
+
+def _cmd_mount(args: argparse.Namespace) -> int:
+    from .api import acquire
+    from .spec import MountSpec
+
+    spec = MountSpec(
+        uri=args.uri, mount_dir=args.dir, backend=args.backend, read_only=not args.read_write,
+        cache_dir=args.cache_dir, cache_size_mb=args.cache_size_mb, metadata_ttl_s=args.metadata_ttl,
+        endpoint_url=args.endpoint_url, region=args.region, uid=args.uid, gid=args.gid,
+        allow_other=args.allow_other, mount_timeout_s=args.timeout,
+        extra_args={args.backend: tuple(args.extra_arg)} if args.extra_arg and args.backend != "auto" else {},
+    )
+    if args.extra_arg and args.backend == "auto":
+        raise MountError("--extra-arg needs an explicit --backend: the arguments differ per program")
+    handle = acquire(spec, pinned=True, watchdog=not args.no_watchdog)
+    print(f"mounted {spec.uri} at {spec.mount_dir} with {handle.backend} (pid {handle.pid}); "
+          f"unmount with: mountctl unmount {shlex.quote(spec.mount_dir)}")
+    return 0
+
+
+def _cmd_unmount(args: argparse.Namespace) -> int:
+    from .api import request_unmount
+    from .fusectl import unmount
+    from .mounttable import find_mount
+    from .spec import canonical_dir
+
+    path = canonical_dir(args.dir)
+    if request_unmount(path, wait_s=args.timeout):
+        print(f"unmounted {path}")
+        return 0
+    if find_mount(path) is not None:
+        result = unmount(path)
+        if not result.ok:
+            raise MountError(f"{path} is not managed by mountctl and could not be unmounted: {result.message}")
+        print(f"unmounted {path} (it was not managed by mountctl)")
+        return 0
+    raise MountError(f"nothing is mounted at {path}; see `mountctl status` for managed mounts")
+
+
+def mount_statuses(timeout_s: float = 2.0) -> list[dict[str, Any]]:
+    """Every managed mount with a fresh, bounded health check (probed in parallel)."""
+    from .backends import get_backend
+    from .registry import Registry, process_alive
+    from .supervisor import mount_health
+
+    records = Registry().records()
+
+    def one(record: dict[str, Any]) -> dict[str, Any]:
+        supervisor_alive = process_alive(record.get("supervisor"))
+        backend = get_backend(record["backend"]) if record.get("backend") else None
+        if supervisor_alive and record.get("state") == "mounted":
+            health = mount_health(record["mount_dir"], backend, record.get("daemon_pid"), timeout_s).to_dict()
+        else:
+            health = {"state": "dead" if not supervisor_alive else record.get("state"),
+                      "error": "" if supervisor_alive else "supervisor is gone; run `mountctl cleanup`"}
+        return {
+            "uri": record["uri"], "dir": record["mount_dir"], "backend": record.get("backend"),
+            "pid": record.get("daemon_pid"), "supervisor_pid": (record.get("supervisor") or {}).get("pid"),
+            "state": record.get("state") if supervisor_alive else "abandoned", "health": health,
+            "since": record.get("since"), "restarts": record.get("restarts", 0),
+            "last_error": record.get("last_error", ""), "holders": len(record.get("holders", [])),
+            "pinned": record.get("pinned", False), "log": record.get("log_path"),
+        }
+
+    with ThreadPoolExecutor(max_workers=max(1, min(8, len(records)))) as pool:
+        return list(pool.map(one, records))
+
+
+def _cmd_status(args: argparse.Namespace) -> int:
+    rows = mount_statuses(args.timeout)
+    if args.json:
+        print(json.dumps({"mounts": rows}, indent=2))
+        return 0
+    if not rows:
+        print("no managed mounts")
+        return 0
+    for row in rows:
+        since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(row["since"])) if row["since"] else "-"
+        health = row["health"]
+        latency = f" {health['latency_s'] * 1000:.0f}ms" if health.get("latency_s") else ""
+        print(f"{row['dir']}  {row['uri']}  backend={row['backend']} pid={row['pid']} state={row['state']} "
+              f"health={health['state']}{latency} since={since} restarts={row['restarts']} holders={row['holders']}"
+              + (f"\n    last error: {row['last_error']}" if row["last_error"] else ""))
+    return 0
+
+
+def _cmd_doctor(args: argparse.Namespace) -> int:
+    from .doctor import run_checks
+
+    checks = run_checks(args.uri)
+    if args.json:
+        print(json.dumps({"ok": all(c["ok"] for c in checks), "checks": checks}, indent=2))
+    else:
+        for check in checks:
+            mark = "ok  " if check["ok"] else ("--  " if check.get("optional") else "FAIL")
+            print(f"[{mark}] {check['name']}: {check['detail']}")
+            if not check["ok"] and check.get("fix"):
+                print(f"       fix: {check['fix']}")
+    return 0 if all(c["ok"] or c.get("optional") for c in checks) else 1
+
+
+def _cmd_cleanup(args: argparse.Namespace) -> int:
+    from .doctor import cleanup
+
+    cleared = cleanup()
+    if args.json:
+        print(json.dumps({"cleared": cleared}, indent=2))
+    else:
+        for line in cleared:
+            print(f"cleared {line}")
+        if not cleared:
+            print("nothing to clean up")
+    return 0
+
+
+def _cmd_local_s3(args: argparse.Namespace) -> int:
+    from .local_s3 import DEFAULT_BUCKET, LocalS3
+
+    server = LocalS3()
+    if args.action == "start":
+        was_running = server.status().running
+        status = server.start(buckets=tuple(args.bucket or [DEFAULT_BUCKET]), timeout_s=args.timeout)
+        verb = "already running" if was_running else "started"
+        print(f"local S3 {verb} at {status.endpoint_url} (pid {status.pid}); "
+              "use it with: eval \"$(mountctl local-s3 env)\"", file=sys.stderr)
+        return 0
+    if args.action == "stop":
+        print("local S3 stopped" if server.stop() else "local S3 was not running", file=sys.stderr)
+        return 0
+    if args.action == "status":
+        status = server.status()
+        if getattr(args, "json", False):
+            print(json.dumps(status.to_dict(), indent=2))
+        elif status.running:
+            print(f"running at {status.endpoint_url} (pid {status.pid}), state in {status.home}")
+        else:
+            print(f"not running (state in {status.home}); start it with `mountctl local-s3 start`")
+        return 0 if status.running else 3
+    for name, value in server.env().items():  # env
+        print(f"export {name}={shlex.quote(value)}")
+    return 0
+
+
+_COMMANDS = {"mount": _cmd_mount, "unmount": _cmd_unmount, "status": _cmd_status, "doctor": _cmd_doctor,
+             "cleanup": _cmd_cleanup, "local-s3": _cmd_local_s3}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="mountctl: %(message)s")
+    try:
+        return _COMMANDS[args.command](args)
+    except MountError as exc:
+        print(f"mountctl: error: {redact(str(exc))}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,132 @@
+"""``mountctl doctor`` (is this machine ready to mount S3?) and ``mountctl cleanup``."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import socket
+from typing import Any
+from urllib.parse import urlparse
+
+from . import paths
+from .backends import BACKENDS
+from .errors import MountError
+from .fusectl import force_clear
+from .mounttable import find_mount, read_mount_table
+from .probe import probe_path
+from .registry import Registry, process_alive
+
+__all__ = ["run_checks", "cleanup", "sweep_abandoned_workdirs"]
+
+
+def _check(name: str, ok: bool, detail: str, fix: str = "", optional: bool = False) -> dict[str, Any]:
+    return {"name": name, "ok": ok, "detail": detail, "fix": "" if ok else fix, "optional": optional}
+
+
+def run_checks(uri: str | None = None) -> list[dict[str, Any]]:
+    checks = []
+    try:
+        fd = os.open("/dev/fuse", os.O_RDWR)
+        os.close(fd)
+        checks.append(_check("/dev/fuse", True, "present and openable"))
+    except OSError as exc:
+        checks.append(_check("/dev/fuse", False, exc.strerror or str(exc),
+                             "load the fuse module (`modprobe fuse`); in a container run with --device /dev/fuse"))
+    fusermount = shutil.which("fusermount3")
+    checks.append(_check("fusermount3", fusermount is not None, fusermount or "not on PATH",
+                         "apt-get install fuse3"))
+    for name, backend in BACKENDS.items():
+        present = backend.available()
+        checks.append(_check(f"backend {name}", present, backend.version() if present else "not on PATH",
+                             backend.install_hint, optional=True))
+    if not any(b.available() for b in BACKENDS.values()):
+        checks.append(_check("any backend", False, "no mount program installed", "apt-get install rclone"))
+
+    from .s3env import resolve
+
+    try:
+        settings = resolve()
+    except MountError as exc:
+        checks.append(_check("credentials", False, str(exc), "fix AWS_PROFILE or the AWS_* variables"))
+        return checks
+    checks.append(_check(
+        "credentials", settings.has_credentials,
+        f"access key {settings.access_key_id[:4]}... found" if settings.has_credentials else "none found",
+        "set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or AWS_PROFILE; for the local server: "
+        "eval \"$(mountctl local-s3 env)\""))
+    endpoint = settings.endpoint_url or f"https://s3.{settings.region}.amazonaws.com"
+    parsed = urlparse(endpoint)
+    port = parsed.port or (443 if parsed.scheme == "https" else 80)
+    try:
+        with socket.create_connection((parsed.hostname or "", port), timeout=3):
+            pass
+        checks.append(_check("endpoint", True, f"{endpoint} answers"))
+    except OSError as exc:
+        checks.append(_check("endpoint", False, f"{endpoint}: {exc.strerror or exc}",
+                             "check AWS_ENDPOINT_URL; for the local server run `mountctl local-s3 start`"))
+        return checks
+    if uri:
+        from .preflight import check_bucket_access
+        from .spec import parse_s3_uri
+
+        try:
+            target = parse_s3_uri(uri)
+            check_bucket_access(settings, target.bucket, target.prefix)
+            checks.append(_check("bucket access", True, f"listed {target}"))
+        except MountError as exc:
+            checks.append(_check("bucket access", False, str(exc), "see the message"))
+    return checks
+
+
+def sweep_abandoned_workdirs() -> list[str]:
+    """Remove scratch dirs of in-process mounts whose owner died, clearing their mounts first."""
+    cleared = []
+    run = paths.runtime_dir()
+    for name in os.listdir(run):
+        workdir = os.path.join(run, name)
+        if not name.startswith("mount-"):
+            continue
+        try:
+            with open(os.path.join(workdir, "owner.json")) as f:
+                owner = json.load(f)
+        except (OSError, ValueError):
+            continue
+        if process_alive(owner):
+            continue
+        mount_dir = owner.get("mount_dir", "")
+        if mount_dir and find_mount(mount_dir) is not None and not probe_path(mount_dir, 2.0, list_dir=False).ok:
+            force_clear(mount_dir)
+            cleared.append(f"stale mount {mount_dir}")
+        shutil.rmtree(workdir, ignore_errors=True)
+        cleared.append(f"scratch dir {workdir}")
+    return cleared
+
+
+def cleanup() -> list[str]:
+    """Clear everything mountctl owns whose owner is gone: records, dead mounts, scratch dirs."""
+    from .api import clear_abandoned
+
+    cleared: list[str] = []
+    registry = Registry()
+    for record in registry.records():
+        mount_dir = record["mount_dir"]
+        if process_alive(record.get("supervisor")):
+            continue
+        with registry.locked(mount_dir):
+            clear_abandoned(mount_dir, registry.read(mount_dir), registry)
+        cleared.append(f"abandoned mount {mount_dir} ({record['uri']})")
+    cleared += sweep_abandoned_workdirs()
+    managed = paths.managed_mounts_dir()
+    for entry in read_mount_table():
+        if entry.is_fuse and entry.mount_point.startswith(managed + os.sep):
+            if not probe_path(entry.mount_point, 2.0, list_dir=False).ok:
+                force_clear(entry.mount_point)
+                cleared.append(f"stale mount {entry.mount_point}")
+    for name in os.listdir(managed):
+        with contextlib.suppress(OSError):
+            path = os.path.join(managed, name)
+            if find_mount(path) is None and Registry().read(path) is None:
+                os.rmdir(path)  # only removes empty leftovers
+    return cleared

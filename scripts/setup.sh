@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Installs everything mountctl needs; safe to run again (each step checks first).
+#   Debian: fuse3 rclone s3fs     Python: .venv with requirements.txt + mountctl (editable)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need_apt=()
+command -v fusermount3 >/dev/null || need_apt+=(fuse3)
+command -v rclone >/dev/null || need_apt+=(rclone)
+command -v s3fs >/dev/null || need_apt+=(s3fs)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  echo "setup: installing Debian packages: ${need_apt[*]}"
+  sudo_cmd=""
+  [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
+  $sudo_cmd apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+
+python=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  echo "setup: creating .venv"
+  "$python" -m venv .venv
+fi
+# Reinstall only when requirements.txt changed since the last successful install.
+stamp=.venv/.requirements.sha256
+want=$(sha256sum requirements.txt pyproject.toml | sha256sum | cut -d' ' -f1)
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+  echo "setup: installing pinned Python packages (torch and torchvision are a few GB the first time)"
+  .venv/bin/pip install -q --disable-pip-version-check -r requirements.txt 2>&1 | grep -v "is ignored" || true
+  .venv/bin/pip install -q --disable-pip-version-check --no-deps -e . 2>&1 | grep -v "is ignored" || true
+  .venv/bin/python -c "import mountctl, torch, torchvision, lightning, webdataset, s3torchconnector, s3fs" \
+    || { echo "setup: the Python packages did not install; see the pip output above" >&2; exit 1; }
+  echo "$want" > "$stamp"
+fi
+# The FUSE control filesystem lets mountctl abort a wedged connection; mount it when we can.
+if [ -d /sys/fs/fuse/connections ] && ! grep -q " /sys/fs/fuse/connections " /proc/mounts && [ "$(id -u)" -eq 0 ]; then
+  mount -t fusectl none /sys/fs/fuse/connections 2>/dev/null || true
+fi
+echo "setup: ready (.venv/bin/mountctl, .venv/bin/python resnet.py)"

@@ -1,0 +1,133 @@
+"""Shared fixtures: one real SeaweedFS server per session, real FUSE programs, leak checks.
+
+With CI=true a test that needs FUSE or the S3 server fails instead of
+skipping; the only skip CI allows is the mount-s3 backend when the program is
+not installed (it is not in the registries these machines reach).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import uuid
+
+import psutil
+import pytest
+
+ON_CI = os.environ.get("CI", "").lower() == "true"
+
+# Every test session gets a private MOUNTCTL_HOME so that it never touches the user's.
+_SESSION_HOME = tempfile.mkdtemp(prefix="mountctl-test-home-")
+os.environ["MOUNTCTL_HOME"] = _SESSION_HOME
+
+from mountctl.backends import BACKENDS  # noqa: E402
+from mountctl.local_s3 import LocalS3  # noqa: E402
+from mountctl.mounttable import read_mount_table  # noqa: E402
+
+
+def missing(reason: str) -> None:
+    """Skip locally, fail on CI: a missing prerequisite must never pass silently there."""
+    if ON_CI:
+        pytest.fail(f"CI=true and {reason}; scripts/setup.sh should have installed it")
+    pytest.skip(reason)
+
+
+def require_fuse() -> None:
+    if not os.path.exists("/dev/fuse"):
+        missing("/dev/fuse is not available")
+    if shutil.which("fusermount3") is None:
+        missing("fusermount3 is not installed (apt-get install fuse3)")
+
+
+@pytest.fixture(scope="session")
+def local_s3():
+    server = LocalS3(os.path.join(_SESSION_HOME, "local-s3"))
+    try:
+        server.weed()
+    except Exception as exc:
+        missing(f"the local S3 server cannot start: {exc}")
+    server.start()
+    yield server
+    server.stop()
+    shutil.rmtree(_SESSION_HOME, ignore_errors=True)
+
+
+@pytest.fixture
+def s3_env(local_s3, monkeypatch):
+    """Point the standard AWS variables at the local server, as `eval "$(mountctl local-s3 env)"` does."""
+    for name in list(os.environ):
+        if name.startswith("AWS_"):
+            monkeypatch.delenv(name)
+    for name, value in local_s3.env().items():
+        monkeypatch.setenv(name, value)
+    return local_s3.settings()
+
+
+@pytest.fixture
+def s3(s3_env):
+    return s3_env.boto3_client()
+
+
+@pytest.fixture
+def bucket(s3):
+    """A fresh bucket per test, emptied and removed afterwards."""
+    name = f"t-{uuid.uuid4().hex[:12]}"
+    s3.create_bucket(Bucket=name)
+    s3.get_waiter("bucket_exists").wait(Bucket=name, WaiterConfig={"Delay": 0.1, "MaxAttempts": 100})
+    yield name
+    paginator = s3.get_paginator("list_objects_v2")
+    for page in paginator.paginate(Bucket=name):
+        keys = [{"Key": obj["Key"]} for obj in page.get("Contents", [])]
+        if keys:
+            s3.delete_objects(Bucket=name, Delete={"Objects": keys})
+    s3.delete_bucket(Bucket=name)
+
+
+@pytest.fixture(params=["mount-s3", "rclone", "s3fs"])
+def backend(request):
+    """Each test using this runs once per mount program."""
+    name = request.param
+    require_fuse()
+    if not BACKENDS[name].available():
+        if name == "mount-s3":
+            pytest.skip("mount-s3 is not on PATH (AWS's package; not in Debian or PyPI)")
+        missing(f"{name} is not installed")
+    return name
+
+
+def fuse_mounts_under(root: str) -> list[str]:
+    return [e.mount_point for e in read_mount_table() if e.is_fuse and e.mount_point.startswith(root)]
+
+
+def mount_programs() -> list[psutil.Process]:
+    found = []
+    for process in psutil.process_iter(["name", "cmdline"]):
+        try:
+            cmd = process.info["cmdline"] or []
+        except psutil.Error:
+            continue
+        if process.info["name"] in ("rclone", "s3fs", "mount-s3") or "mountctl.daemon" in cmd:
+            found.append(process)
+    return found
+
+
+@pytest.fixture
+def mount_root(tmp_path):
+    """A directory for mount points; the test fails if anything is left mounted or running under it."""
+    root = tmp_path / "mnt"
+    root.mkdir()
+    before = {p.pid for p in mount_programs()}
+    yield root
+    leftover_mounts = fuse_mounts_under(str(tmp_path))
+    leftover_procs = [p for p in mount_programs() if p.pid not in before and p.is_running()
+                      and p.status() != psutil.STATUS_ZOMBIE]
+    for path in leftover_mounts:
+        os.system(f"fusermount3 -uz '{path}' 2>/dev/null")
+    for process in leftover_procs:
+        process.kill()
+    assert not leftover_mounts, f"mounts left behind: {leftover_mounts}"
+    assert not leftover_procs, f"processes left behind: {[p.cmdline() for p in leftover_procs]}"
+    run_dir = os.path.join(_SESSION_HOME, "run")
+    leftover_dirs = [n for n in os.listdir(run_dir) if n.startswith("mount-")] if os.path.isdir(run_dir) else []
+    assert not leftover_dirs, f"scratch directories left behind: {leftover_dirs}"

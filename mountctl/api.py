@@ -228,10 +228,14 @@ def request_unmount(mount_dir: str, *, registry: Registry | None = None, wait_s:
 
 
 def _wait_until_gone(mount_dir: str, registry: Registry, wait_s: float) -> None:
+    """Wait until the supervisor has unmounted, removed its record and exited."""
     deadline = time.monotonic() + wait_s
+    supervisor = (registry.read(mount_dir) or {}).get("supervisor")
     while time.monotonic() < deadline:
         record = registry.read(mount_dir)
-        if record is None or not _supervisor_alive(record):
+        if record is not None and record.get("supervisor") != supervisor:
+            return  # someone else has started a new mount here meanwhile
+        if not process_alive(supervisor):
             if record is not None:
                 with registry.locked(mount_dir):
                     clear_abandoned(mount_dir, registry.read(mount_dir), registry)

@@ -1,0 +1,102 @@
+"""The command line as a new user runs it: a private local S3, mount, status, unmount, stop."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from conftest import fuse_mounts_under, mount_programs, require_fuse
+
+MOUNTCTL = [sys.executable, "-m", "mountctl"]
+
+
+def run(args: list[str], env: dict[str, str], check: bool = True, timeout: float = 90) -> subprocess.CompletedProcess:
+    done = subprocess.run(MOUNTCTL + args, env=env, capture_output=True, text=True, timeout=timeout)
+    if check and done.returncode != 0:
+        raise AssertionError(f"mountctl {' '.join(args)} failed ({done.returncode}): {done.stderr}")
+    return done
+
+
+@pytest.fixture
+def user_env(tmp_path):
+    """A shell of a new user: own MOUNTCTL_HOME, no AWS variables."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env["MOUNTCTL_HOME"] = str(tmp_path / "home")
+    yield env
+    subprocess.run(MOUNTCTL + ["local-s3", "stop"], env=env, capture_output=True, timeout=60)
+
+
+def test_new_user_walkthrough_leaves_nothing_behind(user_env, tmp_path):
+    require_fuse()
+    before = {p.pid for p in mount_programs()}
+    assert run(["local-s3", "status"], user_env, check=False).returncode == 3
+    run(["local-s3", "start"], user_env)
+    again = run(["local-s3", "start"], user_env)
+    assert "already running" in again.stderr
+
+    exports = run(["local-s3", "env"], user_env).stdout
+    names = dict(line.removeprefix("export ").split("=", 1) for line in exports.splitlines())
+    assert set(names) == {"AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION"}
+    assert names["AWS_ENDPOINT_URL"].startswith("http://127.0.0.1:")
+    # eval "$(mountctl local-s3 env)" in a real shell, then use the AWS-standard environment:
+    script = f'eval "$({" ".join(MOUNTCTL)} local-s3 env)"; {sys.executable} -c ' + \
+        '"import boto3; boto3.client(\'s3\').put_object(Bucket=\'mountctl\', Key=\'hello.txt\', Body=b\'hi\')"'
+    subprocess.run(["bash", "-c", script], env=user_env, check=True, timeout=60)
+    env = {**user_env, **{k: v.strip("'") for k, v in names.items()}}
+
+    mnt = str(tmp_path / "m")
+    for backend in ("rclone", "s3fs"):
+        out = run(["mount", "s3://mountctl/", mnt, "--backend", backend], env).stdout
+        assert f"with {backend}" in out
+        with open(os.path.join(mnt, "hello.txt"), "rb") as f:
+            assert f.read() == b"hi"
+        status = json.loads(run(["status", "--json"], env).stdout)["mounts"]
+        assert [(m["dir"], m["backend"], m["health"]["state"]) for m in status] == [(mnt, backend, "healthy")]
+        text = run(["status"], env).stdout
+        assert "health=healthy" in text and mnt in text
+        run(["unmount", mnt], env)
+        assert json.loads(run(["status", "--json"], env).stdout)["mounts"] == []
+        assert fuse_mounts_under(str(tmp_path)) == []
+
+    run(["local-s3", "stop"], env)
+    assert run(["local-s3", "status"], env, check=False).returncode == 3
+    assert [p for p in mount_programs() if p.pid not in before] == []
+    assert not os.path.exists(mnt)
+    run_dir = os.path.join(user_env["MOUNTCTL_HOME"], "run")
+    assert os.listdir(run_dir) == []
+
+
+def test_every_subcommand_help_has_an_example():
+    commands = [["mount"], ["unmount"], ["status"], ["doctor"], ["cleanup"], ["local-s3"],
+                ["local-s3", "start"], ["local-s3", "stop"], ["local-s3", "status"], ["local-s3", "env"]]
+    for command in commands:
+        done = subprocess.run(MOUNTCTL + command + ["--help"], capture_output=True, text=True, timeout=30)
+        assert done.returncode == 0
+        assert "example:" in done.stdout, f"`mountctl {' '.join(command)} --help` has no example"
+
+
+def test_mount_error_exits_1_with_a_message_and_no_traceback(s3_env, tmp_path):
+    done = subprocess.run(MOUNTCTL + ["mount", "s3://missing-bucket-x/", str(tmp_path / "m"), "--backend", "rclone"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1
+    assert "does not exist" in done.stderr and "Traceback" not in done.stderr
+    assert not os.path.exists(tmp_path / "m")
+
+
+def test_doctor_reports_each_check_and_fails_without_credentials(s3_env, tmp_path):
+    done = subprocess.run(MOUNTCTL + ["doctor", "--json", "--uri", "s3://mountctl/"], capture_output=True, text=True,
+                          timeout=60)
+    report = json.loads(done.stdout)
+    by_name = {c["name"]: c for c in report["checks"]}
+    assert by_name["/dev/fuse"]["ok"] and by_name["endpoint"]["ok"] and by_name["bucket access"]["ok"]
+    assert by_name["backend rclone"]["ok"] == (shutil.which("rclone") is not None)
+    env = {k: v for k, v in os.environ.items() if k not in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")}
+    env["HOME"] = str(tmp_path)  # no ~/.aws either
+    done = subprocess.run(MOUNTCTL + ["doctor"], capture_output=True, text=True, timeout=60, env=env)
+    assert done.returncode == 1
+    assert "FAIL] credentials" in done.stdout and "fix:" in done.stdout

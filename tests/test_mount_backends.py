@@ -1,0 +1,117 @@
+"""One body per behaviour, run against every installed mount program (real S3, real FUSE)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+import mountctl
+from mountctl import Mount, MountSpec
+from mountctl.mounttable import find_mount
+
+BIG_SIZE = 100 * 1024 * 1024
+SMALL_COUNT = 1000
+
+
+@pytest.fixture(scope="module")
+def dataset(local_s3):
+    """A bucket with one 100 MB object and 1,000 small ones, shared by the backends."""
+    s3 = local_s3.settings().boto3_client()
+    bucket = "dataset-backends"
+    s3.create_bucket(Bucket=bucket)
+    s3.get_waiter("bucket_exists").wait(Bucket=bucket, WaiterConfig={"Delay": 0.1, "MaxAttempts": 100})
+    big = os.urandom(BIG_SIZE)
+    s3.put_object(Bucket=bucket, Key="data/big.bin", Body=big)
+    small = {f"data/small/{i:04d}.bin": os.urandom(64 + i) for i in range(SMALL_COUNT)}
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(lambda kv: s3.put_object(Bucket=bucket, Key=kv[0], Body=kv[1]), small.items()))
+    return {"bucket": bucket, "big_sha": hashlib.sha256(big).hexdigest(), "small_keys": sorted(small)}
+
+
+def _sha256_of_file(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def test_mount_serves_the_same_bytes_as_direct_gets(backend, dataset, s3, mount_root):
+    spec = MountSpec(f"s3://{dataset['bucket']}/data/", str(mount_root / "m"), backend=backend)
+    with Mount(spec) as m:
+        assert m.backend == backend
+        assert sorted(os.listdir(m.path)) == ["big.bin", "small"]
+        names = sorted(os.listdir(os.path.join(m.path, "small")))
+        assert len(names) == SMALL_COUNT
+
+        assert os.path.getsize(os.path.join(m.path, "big.bin")) == BIG_SIZE
+        direct = hashlib.sha256(s3.get_object(Bucket=dataset["bucket"], Key="data/big.bin")["Body"].read())
+        assert _sha256_of_file(os.path.join(m.path, "big.bin")) == direct.hexdigest() == dataset["big_sha"]
+
+        def same(key: str) -> bool:
+            with open(os.path.join(m.path, key[len("data/"):]), "rb") as f:
+                through_mount = f.read()
+            return through_mount == s3.get_object(Bucket=dataset["bucket"], Key=key)["Body"].read()
+
+        with ThreadPoolExecutor(8) as pool:
+            assert all(pool.map(same, dataset["small_keys"]))
+        assert m.health().state == "healthy"
+    assert find_mount(spec.mount_dir) is None
+    assert not os.path.exists(spec.mount_dir), "the mount dir mountctl created must be removed"
+
+
+def test_mount_is_read_only_by_default(backend, bucket, s3, mount_root):
+    s3.put_object(Bucket=bucket, Key="a.txt", Body=b"a")
+    with Mount(MountSpec(f"s3://{bucket}/", str(mount_root / "m"), backend=backend)) as m:
+        with pytest.raises(OSError):
+            with open(os.path.join(m.path, "new.txt"), "wb") as f:
+                f.write(b"x")
+    assert "new.txt" not in [o["Key"] for o in s3.list_objects_v2(Bucket=bucket).get("Contents", [])]
+
+
+def test_shared_mount_context_manager_reads_prefix_and_cleans_up(backend, bucket, s3, mount_root):
+    s3.put_object(Bucket=bucket, Key="train/x/1.txt", Body=b"one")
+    s3.put_object(Bucket=bucket, Key="other.txt", Body=b"no")
+    with mountctl.mount(f"s3://{bucket}/train/", str(mount_root / "m"), backend=backend) as m:
+        assert os.listdir(m.path) == ["x"]
+        with open(os.path.join(m.path, "x", "1.txt"), "rb") as f:
+            assert f.read() == b"one"
+        assert m.backend == backend and m.pid is not None
+        assert m.health().ok
+    assert find_mount(str(mount_root / "m")) is None
+
+
+def test_mount_path_with_spaces_is_found_in_mount_table(bucket, s3, mount_root):
+    from conftest import require_fuse
+
+    require_fuse()
+    s3.put_object(Bucket=bucket, Key="k", Body=b"v")
+    with Mount(MountSpec(f"s3://{bucket}/", str(mount_root / "with space\tand tab"), backend="rclone")) as m:
+        entry = find_mount(m.path)
+        assert entry is not None and entry.fs_type == "fuse.rclone"
+
+
+def test_auto_backend_prefers_mount_s3_then_rclone(monkeypatch, tmp_path):
+    from mountctl.backends import choose_backend
+
+    fake_bin = tmp_path / "bin"
+    fake_bin.mkdir()
+    for program in ("rclone", "s3fs"):
+        (fake_bin / program).write_text("#!/bin/sh\n")
+        (fake_bin / program).chmod(0o755)
+    monkeypatch.setenv("PATH", str(fake_bin))
+    assert choose_backend("auto").name == "rclone"
+    (fake_bin / "mount-s3").write_text("#!/bin/sh\n")
+    (fake_bin / "mount-s3").chmod(0o755)
+    assert choose_backend("auto").name == "mount-s3"
+
+
+def test_mount_start_takes_seconds_not_minutes(backend, bucket, mount_root):
+    started = time.monotonic()
+    with Mount(MountSpec(f"s3://{bucket}/", str(mount_root / "m"), backend=backend)):
+        elapsed = time.monotonic() - started
+    assert elapsed < 15

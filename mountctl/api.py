@@ -24,6 +24,7 @@ from .mounttable import find_mount
 from .registry import Registry, process_alive, process_identity
 from .spec import MountSpec
 from .supervisor import Health, mount_health
+from .teardown import track, untrack
 
 __all__ = ["mount", "SharedMount", "acquire", "release", "request_unmount", "clear_abandoned",
            "default_mount_dir"]
@@ -73,10 +74,11 @@ class SharedMount:
         return mount_health(self.path, backend, record.get("daemon_pid"), timeout_s or self.spec.probe_timeout_s)
 
     def release(self, *, wait: bool = True) -> None:
-        if self._holder is not None:
-            release(self.spec.mount_dir, self._holder, registry=self._registry,
+        if self._holder is not None and self._holder["pid"] == os.getpid():
+            holder, self._holder = self._holder, None
+            untrack(self)
+            release(self.spec.mount_dir, holder, registry=self._registry,
                     wait_s=self.spec.unmount_timeout_s + self.spec.busy_grace_s + 10 if wait else 0)
-            self._holder = None
 
     stop = release
 
@@ -146,6 +148,8 @@ def acquire(spec: MountSpec, *, pinned: bool = False, holder_pid: int | None = N
             record["supervisor"] = process_identity(supervisor.pid)
             registry.write(spec.mount_dir, record)
     handle = SharedMount(spec, registry, holder)
+    if holder is not None:
+        track(handle)
     try:
         _wait_until_ready(spec, registry)
     except BaseException:

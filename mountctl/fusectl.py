@@ -60,6 +60,9 @@ def abort_connection(entry: MountEntry) -> bool:
     if not entry.is_fuse:
         return False
     path = os.path.join(_FUSE_CONNECTIONS, str(entry.fuse_connection), "abort")
+    if not os.path.exists(path) and os.geteuid() == 0:
+        # The control filesystem is often not mounted in containers; root can mount it.
+        _run(["mount", "-t", "fusectl", "none", _FUSE_CONNECTIONS], 5.0)
     try:
         with open(path, "w") as control:
             control.write("1")

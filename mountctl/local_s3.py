@@ -281,10 +281,7 @@ class LocalS3:
                 process.wait(timeout=10)
         except (psutil.NoSuchProcess, ProcessLookupError):
             pass
-        try:
-            os.unlink(self._path("server.json"))
-        except FileNotFoundError:
-            pass
+        # server.json stays: its ports are reused by the next start, so the endpoint survives restarts.
         self._remove_sockets()
 
     def _remove_sockets(self) -> None:

@@ -16,12 +16,18 @@ from dataclasses import dataclass
 
 __all__ = ["ProbeResult", "probe_path"]
 
-# Runs in the child: stat the root, list one entry, read a few bytes of one file.
+# Runs in the child: stat the root, look up a name that cannot exist, list one entry,
+# read a few bytes of one file.  The kernel answers a stat of the root from its
+# attribute cache, so only the fresh lookup is sure to reach the daemon.
 _PROBE = r"""
 import errno, json, os, sys
 path, list_dir, read_file = sys.argv[1], sys.argv[2] == "1", sys.argv[3]
 try:
     os.stat(path)
+    try:
+        os.stat(os.path.join(path, ".mountctl-probe-" + os.urandom(8).hex()))
+    except FileNotFoundError:
+        pass
     if list_dir:
         with os.scandir(path) as entries:
             next(entries, None)

@@ -10,7 +10,6 @@ remounts the same spec when the mount dies or stops answering.
 
 from __future__ import annotations
 
-import ctypes
 import errno
 import json
 import logging
@@ -35,13 +34,13 @@ from .probe import probe_path
 from .registry import process_identity
 from .s3env import S3Settings, redact, resolve
 from .spec import MountSpec
+from .teardown import spawn_with_parent_death_signal, track, untrack
 
 __all__ = ["Mount", "Health", "HEALTH_STATES", "check_mount_dir"]
 
 log = logging.getLogger("mountctl")
 
 HEALTH_STATES = ("healthy", "slow", "unresponsive", "dead", "unmounted")
-_PR_SET_PDEATHSIG = 1
 
 
 @dataclass(frozen=True)
@@ -58,15 +57,6 @@ class Health:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def _die_with_parent() -> None:
-    """Runs in the child before exec: the kernel sends SIGTERM when the owner dies.
-
-    So a SIGKILLed owner does not leave its mount daemon running for ever.
-    """
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def _owner_of(path: str) -> str:
@@ -150,6 +140,7 @@ class Mount:
         self.last_error = ""
         self.events: list[dict[str, Any]] = []
         self.started_at: float | None = None
+        self._owner_pid = os.getpid()
 
     # -- public attributes ------------------------------------------------------------
 
@@ -211,6 +202,7 @@ class Mount:
                 self._cleanup_files()
                 raise
             self.started_at = time.time()
+            track(self)
             self._event("mounted", f"{self._backend.name} pid {self.pid}")
             if self._watchdog_enabled:
                 self._stopping.clear()
@@ -221,6 +213,8 @@ class Mount:
 
     def stop(self) -> None:
         """Unmount and stop the child; safe to call twice and after a failed start."""
+        if os.getpid() != self._owner_pid:
+            return  # a forked copy of this object (DataLoader worker) does not own the mount
         self._stopping.set()
         watchdog = self._watchdog
         if watchdog is not None and watchdog is not threading.current_thread():
@@ -234,6 +228,7 @@ class Mount:
                 force_clear(self.path)
             self._event("unmounted", "")
             self._cleanup_files()
+            untrack(self)
 
     def health(self, timeout_s: float | None = None) -> Health:
         """Bounded: answers within ``timeout_s`` (default: spec.probe_timeout_s) even if the mount hangs."""
@@ -251,9 +246,10 @@ class Mount:
         with open(log_path, "ab") as log_file:
             log_file.write(f"--- {time.strftime('%Y-%m-%dT%H:%M:%S')} starting {redact(' '.join(argv))}\n".encode())
             log_file.flush()
-            self._child = subprocess.Popen(
+            # The kernel stops the program when this process dies, even by SIGKILL.
+            self._child = spawn_with_parent_death_signal(
                 argv, env=env, stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT,
-                start_new_session=True, preexec_fn=_die_with_parent, close_fds=True,
+                start_new_session=True, close_fds=True,
             )
         try:
             self._wait_until_mounted()
@@ -267,6 +263,8 @@ class Mount:
         deadline = time.monotonic() + self.spec.mount_timeout_s
         last = "the mount never appeared in /proc/self/mountinfo"
         while True:
+            if self._stopping.is_set() and self.started_at is not None:
+                raise MountFailed(f"stop() was called while remounting {self.path}")
             code = self._child.poll()
             if code is not None:
                 raise MountFailed(

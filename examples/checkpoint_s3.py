@@ -1,0 +1,46 @@
+#!/usr/bin/env python3
+"""Save a checkpoint straight to S3 and load it back, with the S3 Connector for PyTorch.
+
+    python examples/checkpoint_s3.py s3://BUCKET/checkpoints/
+
+No local copy is written.  The endpoint and credentials come from the
+environment; ``mountctl.resolve()`` turns them into the connector's arguments.
+(``resnet.py train --checkpoint-dir s3://...`` does the same through Lightning.)
+"""
+
+import json
+import sys
+
+import torch
+import torchvision
+from s3torchconnector import S3Checkpoint, S3ClientConfig
+
+import mountctl
+
+
+def main(uri: str) -> None:
+    settings = mountctl.resolve()
+    checkpoint = S3Checkpoint(region=settings.region, endpoint=settings.endpoint_url,
+                              s3client_config=S3ClientConfig(force_path_style=settings.path_style))
+    target = uri.rstrip("/") + "/resnet18.pt"
+
+    model = torchvision.models.resnet18(num_classes=10)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    model(torch.randn(2, 3, 32, 32)).sum().backward()
+    optimizer.step()  # so that the optimizer has state worth saving
+    with checkpoint.writer(target) as writer:
+        torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": 1}, writer)
+
+    with checkpoint.reader(target) as reader:
+        state = torch.load(reader, weights_only=True)
+    restored = torchvision.models.resnet18(num_classes=10)
+    restored.load_state_dict(state["model"])
+    same = all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), restored.state_dict().values(), strict=True))
+    print(json.dumps({"checkpoint": target, "tensors": len(state["model"]), "step": state["step"],
+                      "identical": same}))
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        sys.exit(__doc__)
+    main(sys.argv[1])

@@ -1,0 +1,74 @@
+"""``resnet.py bench``: the data path alone, no model: how fast a source kind delivers decoded batches.
+
+On a CPU-only machine training is bound by ResNet-50's arithmetic, which
+hides the differences between source kinds; this reads and decodes the same
+batches a training run would (same plan, same decode) as fast as the
+DataLoader workers can, and counts every sample as training does.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from mountctl.errors import InvalidSpec
+from mountctl.s3env import S3Settings, resolve
+from mountctl.spec import BACKEND_NAMES, parse_s3_uri
+
+from .manifest import check_shards_present, load_manifest
+from .sources import SOURCE_KINDS, open_source
+
+__all__ = ["BenchConfig", "bench_loader"]
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    uri: str
+    source_kind: str = "mountpoint"
+    batch_size: int = 256
+    num_workers: int = 2
+    epochs: int = 1
+    warmup_batches: int = 5
+    backend: str = "auto"
+    mount_dir: str | None = None
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "uri", str(parse_s3_uri(self.uri)))
+        if self.source_kind not in SOURCE_KINDS:
+            raise InvalidSpec(f"unknown source kind {self.source_kind!r}: choose one of {', '.join(SOURCE_KINDS)}")
+        if self.backend not in BACKEND_NAMES:
+            raise InvalidSpec(f"unknown mount backend {self.backend!r}: choose one of {', '.join(BACKEND_NAMES)}")
+        if self.batch_size < 1 or self.epochs < 1 or self.num_workers < 0 or self.warmup_batches < 0:
+            raise InvalidSpec("batch size and epochs must be positive; workers and warm-up batches not negative")
+
+
+def bench_loader(config: BenchConfig, *, settings: S3Settings | None = None) -> dict[str, Any]:
+    from .datamodule import BATCH_TIMEOUT_S
+    from .dataset import EpochLoader, ShardDataset
+    from .rates import rate_after_warmup
+
+    settings = settings or resolve()
+    manifest = load_manifest(settings, config.uri)
+    check_shards_present(settings, config.uri, manifest)
+    epochs = []
+    with open_source(config.source_kind, config.uri, settings, backend=config.backend,
+                     mount_dir=config.mount_dir) as source:
+        dataset = ShardDataset(manifest, source, batch_size=config.batch_size, seed=config.seed)
+        for epoch in range(config.epochs):
+            extra = {"timeout": BATCH_TIMEOUT_S} if config.num_workers else {}
+            loader = EpochLoader(dataset, epoch_fn=lambda e=epoch: e, num_workers=config.num_workers, **extra)
+            marks, sizes, seen = [time.perf_counter()], [], set()
+            for batch in loader:
+                marks.append(time.perf_counter())
+                sizes.append(len(batch["index"]))
+                seen.update(batch["index"])
+            rate = rate_after_warmup(marks, sizes, config.warmup_batches)
+            epochs.append({"epoch": epoch, "batches": len(sizes), "images": sum(sizes), "distinct_images": len(seen),
+                           "warmup_batches": rate.warmup_batches, "seconds": round(marks[-1] - marks[0], 3),
+                           "images_per_s": rate.images_per_s})
+        described = source.describe()
+    return {"uri": config.uri, "source_kind": config.source_kind, "source": described,
+            "dataset_images": manifest.num_images, "shards": len(manifest.shards), "bytes": manifest.total_bytes,
+            "batch_size": config.batch_size, "num_workers": config.num_workers, "epochs": epochs}

@@ -1,0 +1,66 @@
+"""Every script in examples/ runs as a user would run it, against the local S3, and does what it says."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from torch_support import make_tiny_dataset, run_example
+
+from mountctl import paths
+from mountctl.torch.synthetic import sample_jpeg
+
+from conftest import fuse_mounts_under, mount_programs, require_fuse
+
+CLASSES = ("cat", "dog", "emu")
+
+
+@pytest.fixture
+def image_folder(s3, bucket):
+    """An ImageFolder-style prefix: one folder per class, 8 JPEGs in each."""
+    for i in range(24):
+        image, _ = sample_jpeg(7, i, 40, 3)
+        s3.put_object(Bucket=bucket, Key=f"images/{CLASSES[i % 3]}/{i:04d}.jpg", Body=image)
+    return f"s3://{bucket}/images/"
+
+
+@pytest.fixture
+def nothing_left_behind(mount_root):
+    """The examples mount under the default managed directory; check that nothing stays there."""
+    require_fuse()
+    before = {p.pid for p in mount_programs()}
+    yield
+    assert not fuse_mounts_under(paths.managed_mounts_dir())
+    assert not [p for p in mount_programs() if p.pid not in before]
+
+
+def output(done) -> dict:
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_mount_dataloader_reads_every_file_through_a_plain_dataloader(s3_env, image_folder, nothing_left_behind):
+    result = output(run_example("mount_dataloader.py", image_folder))
+    assert result["images"] == 24 and result["classes"] == list(CLASSES)
+
+
+def test_webdataset_from_mount_reads_every_sample_of_every_shard(s3_env, bucket, nothing_left_behind):
+    made = make_tiny_dataset(f"s3://{bucket}/shards/", num_images=30, shard_size="16KB", num_classes=5)
+    result = output(run_example("webdataset_from_mount.py", f"s3://{bucket}/shards/"))
+    assert result["shards"] == len(made.manifest.shards) and result["images"] == 30
+    assert 1 < result["distinct_labels"] <= 5
+
+
+def test_ddp_ranks_share_one_mount(s3_env, image_folder, nothing_left_behind):
+    result = output(run_example("ddp_shared_mount.py", image_folder))
+    ranks = result["ranks"]
+    assert result["world_size"] == 2 and len(ranks) == 2
+    assert len({r["mount_pid"] for r in ranks}) == 1 and ranks[0]["mount_pid"] is not None
+    assert sum(r["images"] for r in ranks) == result["dataset_images"] == 24
+
+
+def test_checkpoint_s3_saves_and_loads_back_the_same_tensors(s3_env, s3, bucket):
+    result = output(run_example("checkpoint_s3.py", f"s3://{bucket}/checkpoints/"))
+    assert result["identical"] is True and result["tensors"] > 0
+    head = s3.head_object(Bucket=bucket, Key="checkpoints/resnet18.pt")
+    assert head["ContentLength"] > 1_000_000

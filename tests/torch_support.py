@@ -1,0 +1,39 @@
+"""Helpers shared by the PyTorch-side tests: tiny datasets and runs of the real command line."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RESNET_PY = os.path.join(REPO, "resnet.py")
+
+
+def make_tiny_dataset(uri: str, *, num_images: int = 48, image_size: int = 32, num_classes: int = 10,
+                      shard_size: str = "100MB", seed: int = 0):
+    """A real dataset written by the same code as `resnet.py make`; returns its MakeResult."""
+    from mountctl.torch.synthetic import MakeConfig, make_dataset, parse_size
+
+    config = MakeConfig(uri=uri, num_images=num_images, image_size=image_size, num_classes=num_classes,
+                        shard_size=parse_size(shard_size), seed=seed, jobs=1)
+    return make_dataset(config, progress=False)
+
+
+def last_json_line(text: str) -> dict:
+    for line in reversed(text.splitlines()):
+        if line.startswith("{"):
+            return json.loads(line)
+    raise AssertionError(f"no JSON summary line in output:\n{text[-2000:]}")
+
+
+def run_cli(argv: list[str], *, timeout: float = 240) -> subprocess.CompletedProcess:
+    """`python resnet.py ARGV` in a child process, with this process's environment (the local S3's)."""
+    return subprocess.run([sys.executable, RESNET_PY, *argv], capture_output=True, text=True, timeout=timeout,
+                          cwd=REPO, check=False)
+
+
+def run_example(name: str, *args: str, timeout: float = 180) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, os.path.join(REPO, "examples", name), *args], capture_output=True,
+                          text=True, timeout=timeout, cwd=REPO, check=False)

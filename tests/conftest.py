@@ -100,7 +100,10 @@ def fuse_mounts_under(root: str) -> list[str]:
     return [e.mount_point for e in read_mount_table() if e.is_fuse and e.mount_point.startswith(root)]
 
 
-def mount_programs() -> list[psutil.Process]:
+def mount_programs(*scopes: str) -> list[psutil.Process]:
+    """Mount programs and mountctl supervisors whose command line names one of ``scopes``
+    (this session's MOUNTCTL_HOME by default), so runs beside this one do not count."""
+    scopes = scopes or (_SESSION_HOME,)
     found = []
     for process in psutil.process_iter(["name", "cmdline"]):
         try:
@@ -108,7 +111,8 @@ def mount_programs() -> list[psutil.Process]:
         except psutil.Error:
             continue
         if process.info["name"] in ("rclone", "s3fs", "mount-s3") or "mountctl.daemon" in cmd:
-            found.append(process)
+            if any(scope in " ".join(cmd) for scope in scopes):
+                found.append(process)
     return found
 
 
@@ -117,10 +121,10 @@ def mount_root(tmp_path):
     """A directory for mount points; the test fails if anything is left mounted or running under it."""
     root = tmp_path / "mnt"
     root.mkdir()
-    before = {p.pid for p in mount_programs()}
+    before = {p.pid for p in mount_programs(_SESSION_HOME, str(tmp_path))}
     yield root
     leftover_mounts = fuse_mounts_under(str(tmp_path))
-    leftover_procs = [p for p in mount_programs() if p.pid not in before and p.is_running()
+    leftover_procs = [p for p in mount_programs(_SESSION_HOME, str(tmp_path)) if p.pid not in before and p.is_running()
                       and p.status() != psutil.STATUS_ZOMBIE]
     for path in leftover_mounts:
         os.system(f"fusermount3 -uz '{path}' 2>/dev/null")

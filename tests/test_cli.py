@@ -33,7 +33,7 @@ def user_env(tmp_path):
 
 def test_new_user_walkthrough_leaves_nothing_behind(user_env, tmp_path):
     require_fuse()
-    before = {p.pid for p in mount_programs()}
+    before = {p.pid for p in mount_programs(str(tmp_path))}
     assert run(["local-s3", "status"], user_env, check=False).returncode == 3
     run(["local-s3", "start"], user_env)
     again = run(["local-s3", "start"], user_env)
@@ -65,7 +65,7 @@ def test_new_user_walkthrough_leaves_nothing_behind(user_env, tmp_path):
 
     run(["local-s3", "stop"], env)
     assert run(["local-s3", "status"], env, check=False).returncode == 3
-    assert [p for p in mount_programs() if p.pid not in before] == []
+    assert [p for p in mount_programs(str(tmp_path)) if p.pid not in before] == []
     assert not os.path.exists(mnt)
     run_dir = os.path.join(user_env["MOUNTCTL_HOME"], "run")
     assert os.listdir(run_dir) == []

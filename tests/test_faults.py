@@ -322,3 +322,42 @@ def test_no_shell_true_anywhere():
             if name.endswith(".py"):
                 with open(os.path.join(folder, name)) as f:
                     assert "shell=True" not in f.read(), name
+
+
+CRASHER = textwrap.dedent("""
+    import os, signal, sys, mountctl
+    m = mountctl.Mount(mountctl.MountSpec(sys.argv[1], sys.argv[2], backend="rclone")).start()
+    os.kill(m.pid, signal.SIGKILL)   # the daemon dies ...
+    m._child.wait()
+    os._exit(0)                      # ... and so does its owner, without any cleanup
+""")
+
+
+def _leave_a_dead_mount(uri: str, directory: str) -> None:
+    subprocess.run([sys.executable, "-c", CRASHER, uri, directory], check=True, timeout=60)
+    entry = find_mount(directory)
+    assert entry is not None, "the crash should have left the mount table entry behind"
+    with pytest.raises(OSError) as info:
+        os.listdir(directory)
+    assert info.value.errno == 107  # ENOTCONN
+
+
+def test_stale_mount_at_target_is_cleared_before_mounting(s3_env, big_object, mount_root):
+    require_fuse()
+    directory = str(mount_root / "m")
+    _leave_a_dead_mount(f"s3://{big_object[0]}/", directory)
+    with Mount(MountSpec(f"s3://{big_object[0]}/", directory, backend="s3fs")) as m:
+        assert sorted(os.listdir(m.path)) == ["big.bin", "k.txt"]
+    assert find_mount(directory) is None
+
+
+def test_cleanup_command_clears_stale_mounts_and_scratch_dirs(s3_env, big_object, mount_root):
+    require_fuse()
+    directory = str(mount_root / "m")
+    _leave_a_dead_mount(f"s3://{big_object[0]}/", directory)
+    done = subprocess.run([sys.executable, "-m", "mountctl", "cleanup", "--json"], capture_output=True, text=True,
+                          timeout=60, check=True)
+    cleared = json.loads(done.stdout)["cleared"]
+    assert f"stale mount {directory}" in cleared
+    assert any(line.startswith("scratch dir") for line in cleared)
+    assert find_mount(directory) is None

@@ -1,9 +1,10 @@
 """Where checkpoints go: an S3 URI (through s3torchconnector's Lightning plugin) or a path.
 
 One file, ``last.ckpt``, rewritten at the end of every epoch and when
-training stops (``--max-steps``); ``--resume`` continues from it.  An
-IterableDataset cannot skip ahead, so a run stopped mid-epoch resumes at the
-start of that epoch, with the global step and optimizer state restored.
+training stops (``--max-steps``); ``--resume`` continues from it with the
+global step, optimizer and loop state restored.  An IterableDataset cannot
+skip ahead, so after a stop in mid-epoch Lightning goes on with the next
+epoch: the rest of the interrupted epoch is not replayed.
 """
 
 from __future__ import annotations

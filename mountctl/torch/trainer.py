@@ -22,7 +22,9 @@ from mountctl.spec import BACKEND_NAMES, parse_s3_uri
 from .manifest import check_shards_present, load_manifest
 from .sources import SOURCE_KINDS, open_source
 
-__all__ = ["TrainConfig", "train", "default_precision", "default_num_workers"]
+__all__ = ["TrainConfig", "train", "default_precision", "default_num_workers", "ARCHITECTURES"]
+
+ARCHITECTURES = ("resnet18", "resnet34", "resnet50", "resnet101", "resnet152")  # torchvision names
 
 
 def default_num_workers() -> int:
@@ -60,7 +62,7 @@ class TrainConfig:
     shuffle_buffer: int = 1000
     warmup_batches: int = 5
     progress: bool = True
-    arch: str = "resnet50"
+    arch: str = "resnet50"  # library-only knob; the CLI trains ResNet-50 as the published example does
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "uri", str(parse_s3_uri(self.uri)))
@@ -80,6 +82,8 @@ class TrainConfig:
             raise InvalidSpec("--resume needs --checkpoint-dir: the place the earlier run saved last.ckpt")
         if self.lr is not None and self.lr <= 0:
             raise InvalidSpec(f"--lr must be positive, not {self.lr}")
+        if self.arch not in ARCHITECTURES:
+            raise InvalidSpec(f"unknown architecture {self.arch!r}: choose one of {', '.join(ARCHITECTURES)}")
         if self.shuffle_buffer < 0 or self.warmup_batches < 0:
             raise InvalidSpec("--shuffle-buffer and --warmup-batches cannot be negative")
 

@@ -69,12 +69,17 @@ def s3(s3_env):
     return s3_env.boto3_client()
 
 
+def make_bucket(s3, name: str) -> str:
+    """Create a bucket and wait until it is visible (SeaweedFS shows it a moment later)."""
+    s3.create_bucket(Bucket=name)
+    s3.get_waiter("bucket_exists").wait(Bucket=name, WaiterConfig={"Delay": 0.1, "MaxAttempts": 100})
+    return name
+
+
 @pytest.fixture
 def bucket(s3):
     """A fresh bucket per test, emptied and removed afterwards."""
-    name = f"t-{uuid.uuid4().hex[:12]}"
-    s3.create_bucket(Bucket=name)
-    s3.get_waiter("bucket_exists").wait(Bucket=name, WaiterConfig={"Delay": 0.1, "MaxAttempts": 100})
+    name = make_bucket(s3, f"t-{uuid.uuid4().hex[:12]}")
     yield name
     paginator = s3.get_paginator("list_objects_v2")
     for page in paginator.paginate(Bucket=name):

@@ -21,6 +21,8 @@ from mountctl import (
 )
 from mountctl.mounttable import find_mount
 
+from conftest import require_fuse
+
 BOUND_S = 20
 
 
@@ -97,8 +99,6 @@ def test_mount_dir_not_empty(s3_env, bucket, mount_root):
 
 
 def test_mount_dir_already_mounted(s3_env, bucket, mount_root):
-    from conftest import require_fuse
-
     require_fuse()
     spec = MountSpec(f"s3://{bucket}/", str(mount_root / "m"), backend="rclone")
     with Mount(spec):

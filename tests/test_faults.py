@@ -23,7 +23,7 @@ from mountctl import Mount, MountSpec, open_resilient
 from mountctl.local_s3 import LocalS3
 from mountctl.mounttable import find_mount
 
-from conftest import mount_programs, require_fuse
+from conftest import make_bucket, mount_programs, require_fuse
 
 FILE_SIZE = 64 * 1024 * 1024
 RESTART_SIZE = 100 * 1024 * 1024
@@ -32,9 +32,7 @@ RESTART_SIZE = 100 * 1024 * 1024
 @pytest.fixture(scope="module")
 def big_object(local_s3):
     s3 = local_s3.settings().boto3_client()
-    bucket = "faults"
-    s3.create_bucket(Bucket=bucket)
-    s3.get_waiter("bucket_exists").wait(Bucket=bucket, WaiterConfig={"Delay": 0.1, "MaxAttempts": 100})
+    bucket = make_bucket(s3, "faults")
     body = os.urandom(FILE_SIZE)
     s3.put_object(Bucket=bucket, Key="big.bin", Body=body)
     s3.put_object(Bucket=bucket, Key="k.txt", Body=b"shared")

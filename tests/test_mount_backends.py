@@ -13,6 +13,8 @@ import mountctl
 from mountctl import Mount, MountSpec
 from mountctl.mounttable import find_mount
 
+from conftest import make_bucket, require_fuse
+
 BIG_SIZE = 100 * 1024 * 1024
 SMALL_COUNT = 1000
 
@@ -21,9 +23,7 @@ SMALL_COUNT = 1000
 def dataset(local_s3):
     """A bucket with one 100 MB object and 1,000 small ones, shared by the backends."""
     s3 = local_s3.settings().boto3_client()
-    bucket = "dataset-backends"
-    s3.create_bucket(Bucket=bucket)
-    s3.get_waiter("bucket_exists").wait(Bucket=bucket, WaiterConfig={"Delay": 0.1, "MaxAttempts": 100})
+    bucket = make_bucket(s3, "dataset-backends")
     big = os.urandom(BIG_SIZE)
     s3.put_object(Bucket=bucket, Key="data/big.bin", Body=big)
     small = {f"data/small/{i:04d}.bin": os.urandom(64 + i) for i in range(SMALL_COUNT)}
@@ -86,8 +86,6 @@ def test_shared_mount_context_manager_reads_prefix_and_cleans_up(backend, bucket
 
 
 def test_mount_path_with_spaces_is_found_in_mount_table(bucket, s3, mount_root):
-    from conftest import require_fuse
-
     require_fuse()
     s3.put_object(Bucket=bucket, Key="k", Body=b"v")
     with Mount(MountSpec(f"s3://{bucket}/", str(mount_root / "with space\tand tab"), backend="rclone")) as m:

@@ -35,7 +35,8 @@ def main(uri: str) -> None:
         state = torch.load(reader, weights_only=True)
     restored = torchvision.models.resnet18(num_classes=10)
     restored.load_state_dict(state["model"])
-    same = all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), restored.state_dict().values(), strict=True))
+    pairs = zip(model.state_dict().values(), restored.state_dict().values(), strict=True)
+    same = all(torch.equal(saved, loaded) for saved, loaded in pairs)
     print(json.dumps({"checkpoint": target, "tensors": len(state["model"]), "step": state["step"],
                       "identical": same}))
 

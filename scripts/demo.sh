@@ -40,7 +40,5 @@ for backend in mount-s3 rclone s3fs; do
   mountctl unmount "$mnt/m"
 done
 
-if [ -f mountctl/torch/demo.py ]; then
-  echo "== training ResNet-50 from S3 with each source kind"
-  python -m mountctl.torch.demo s3://mountctl/demo-shards/
-fi
+echo "== training ResNet-50 from S3 with each source kind"
+python resnet.py demo s3://mountctl/demo-shards/

@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 
 import pytest
-from torch_support import make_tiny_dataset, run_example
 
 from mountctl import paths
 from mountctl.torch.synthetic import sample_jpeg
 
 from conftest import fuse_mounts_under, mount_programs, require_fuse
+from torch_support import make_tiny_dataset, run_example
 
 CLASSES = ("cat", "dog", "emu")
 

@@ -16,7 +16,6 @@ import tarfile
 import time
 
 import pytest
-from torch_support import last_json_line, make_tiny_dataset, run_cli
 
 from mountctl.errors import InvalidSpec
 from mountctl.torch.bench import BenchConfig, bench_loader
@@ -29,7 +28,8 @@ from mountctl.torch.sources import SOURCE_KINDS, open_source
 from mountctl.torch.synthetic import sample_jpeg
 from mountctl.torch.trainer import TrainConfig
 
-from conftest import fuse_mounts_under, mount_programs
+from conftest import fuse_mounts_under, mount_programs, require_fuse
+from torch_support import last_json_line, make_tiny_dataset, run_cli
 
 KINDS = list(SOURCE_KINDS)
 
@@ -53,6 +53,7 @@ def assert_exactly_once(summary: dict) -> None:
     for epoch in summary["epochs"]:
         assert epoch["images"] == epoch["distinct_images"] == summary["dataset_images"], epoch
         assert epoch["repeated_images"] == 0, epoch
+        assert epoch["data_epochs"] == [epoch["epoch"]], "batches must come from their own epoch's plan"
 
 
 # -- make ------------------------------------------------------------------------------------------
@@ -100,6 +101,8 @@ def test_make_creates_a_missing_bucket_on_a_custom_endpoint(s3_env, s3):
 @pytest.mark.parametrize("kind", KINDS)
 def test_train_with_two_workers_sees_every_sample_once(kind, s3_env, bucket, mount_root, capsys):
     """One shard for two workers: the split falls inside the shard, at sample level."""
+    if kind == "mountpoint":
+        require_fuse()
     uri = f"s3://{bucket}/data/"
     made = make_tiny_dataset(uri, num_images=36)
     assert len(made.manifest.shards) == 1
@@ -115,6 +118,7 @@ def test_train_with_two_workers_sees_every_sample_once(kind, s3_env, bucket, mou
 
 
 def test_three_source_kinds_yield_identical_samples(s3_env, bucket, mount_root):
+    require_fuse()
     uri = f"s3://{bucket}/data/"
     make_tiny_dataset(uri, num_images=20, shard_size="12KB", num_classes=7, seed=5)
     manifest = load_manifest(s3_env, uri)
@@ -133,6 +137,7 @@ def test_three_source_kinds_yield_identical_samples(s3_env, bucket, mount_root):
 
 
 def test_two_ddp_ranks_share_one_mount_and_see_every_sample_once(s3_env, bucket, mount_root):
+    require_fuse()
     uri = f"s3://{bucket}/data/"
     made = make_tiny_dataset(uri, num_images=42, shard_size="20KB")
     assert len(made.manifest.shards) > 2
@@ -165,6 +170,20 @@ def test_checkpoint_then_resume_continues_with_the_next_epoch(where, s3_env, s3,
     assert resumed["resumed_from"] == first["checkpoint"]
     assert [e["epoch"] for e in resumed["epochs"]] == [1]
     assert resumed["global_step"] == 2 * steps
+    assert_exactly_once(resumed)
+
+
+def test_stop_at_max_steps_saves_and_resume_keeps_counting_steps(s3_env, bucket, tmp_path, capsys):
+    uri = f"s3://{bucket}/data/"
+    make_tiny_dataset(uri, num_images=24)  # 3 steps per epoch
+    location = str(tmp_path / "ckpt")
+    stopped = train(capsys, uri, "--source-kind", "fsspec", "--num-workers", "0", "--checkpoint-dir", location,
+                    "--max-steps", "2")
+    assert stopped["global_step"] == 2 and stopped["checkpoint"]
+    assert stopped["epochs"][0]["images"] == 16  # two batches of the epoch, no more
+    resumed = train(capsys, uri, "--source-kind", "fsspec", "--num-workers", "0", "--checkpoint-dir", location,
+                    "--resume", "--max-epochs", "2")
+    assert resumed["global_step"] == 2 + resumed["epochs"][-1]["batches"]
     assert_exactly_once(resumed)
 
 

@@ -9,6 +9,7 @@ use this one module.
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import secrets
@@ -285,9 +286,14 @@ class LocalS3:
         self._remove_sockets()
 
     def _remove_sockets(self) -> None:
-        for name in ("filer.sock", "s3.sock"):
+        """weed leaves unix sockets behind, ours and, for gRPC, in /tmp named by port."""
+        leftovers = [self._path("filer.sock"), self._path("s3.sock")]
+        for port in (self._read_json("server.json") or {}).get("ports", {}).values():
+            for number in (port, port + _GRPC_OFFSET):
+                leftovers += glob.glob(f"/tmp/seaweedfs-*-{number}.sock")
+        for path in leftovers:
             try:
-                os.unlink(self._path(name))
+                os.unlink(path)
             except FileNotFoundError:
                 pass
 

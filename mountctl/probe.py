@@ -70,7 +70,7 @@ def probe_path(path: str, timeout_s: float, *, list_dir: bool = True, read_file:
         # A child blocked in a FUSE request dies on SIGKILL (the kernel's wait is killable);
         # still, never wait for it without a bound.
         try:
-            child.wait(timeout=1.0)
+            child.wait(timeout=0.2)
         except subprocess.TimeoutExpired:
             pass
         return ProbeResult(False, time.monotonic() - started, timed_out=True,

@@ -50,6 +50,9 @@ def local_s3():
     server.start()
     yield server
     server.stop()
+
+
+def pytest_sessionfinish(session, exitstatus):
     shutil.rmtree(_SESSION_HOME, ignore_errors=True)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import shutil
@@ -63,8 +64,12 @@ def test_new_user_walkthrough_leaves_nothing_behind(user_env, tmp_path):
         assert json.loads(run(["status", "--json"], env).stdout)["mounts"] == []
         assert fuse_mounts_under(str(tmp_path)) == []
 
+    with open(os.path.join(user_env["MOUNTCTL_HOME"], "local-s3", "server.json")) as f:
+        ports = json.load(f)["ports"].values()
     run(["local-s3", "stop"], env)
     assert run(["local-s3", "status"], env, check=False).returncode == 3
+    sockets = [glob.glob(f"/tmp/seaweedfs-*-{n}.sock") for p in ports for n in (p, p + 10000)]
+    assert not any(sockets), f"the server's unix sockets outlived it: {sockets}"
     assert [p for p in mount_programs(str(tmp_path)) if p.pid not in before] == []
     assert not os.path.exists(mnt)
     run_dir = os.path.join(user_env["MOUNTCTL_HOME"], "run")

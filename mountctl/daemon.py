@@ -50,7 +50,7 @@ def serve(mount_dir: str, registry: Registry | None = None) -> int:
         registry.update(mount_dir, events=events, **changes)
 
     mount = Mount(spec, watchdog=record.get("watchdog", True),
-                  watchdog_interval_s=record.get("watchdog_interval_s", 2.0), on_event=publish)
+                  watchdog_interval_s=record.get("watchdog_interval_s", 2.0), on_event=publish, managed=True)
     try:
         mount.start()
     except MountError as exc:

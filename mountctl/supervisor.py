@@ -68,12 +68,36 @@ def _owner_of(path: str) -> str:
     return ""
 
 
-def check_mount_dir(spec: MountSpec) -> bool:
+def _refuse_managed(spec: MountSpec) -> None:
+    """A directory a mountctl supervisor manages is refused; one it is taking down is waited for."""
+    from .registry import Registry, process_alive
+
+    registry = Registry()
+    deadline = time.monotonic() + spec.unmount_timeout_s + spec.busy_grace_s + 5
+    while True:
+        record = registry.read(spec.mount_dir)
+        if record is None or not process_alive(record.get("supervisor")):
+            return
+        if record.get("state") != "stopping":
+            raise AlreadyMounted(
+                f"{spec.mount_dir} is managed by mountctl for {record['uri']} (supervisor pid "
+                f"{record['supervisor']['pid']}, state {record.get('state')}); share it with mountctl.mount() "
+                f"and the same spec, or run `mountctl unmount {spec.mount_dir}` first"
+            )
+        if time.monotonic() > deadline:
+            raise MountTimeout(f"the mount at {spec.mount_dir} is still being taken down; try again later")
+        time.sleep(0.05)
+
+
+def check_mount_dir(spec: MountSpec, *, managed: bool = False) -> bool:
     """Make the mount directory usable; return True when mountctl created it.
 
     A dead mount left by a crashed daemon is cleared; a live one is refused.
+    ``managed``: the caller is the directory's own supervisor, so its registry record is not a rival.
     """
     path = spec.mount_dir
+    if not managed:
+        _refuse_managed(spec)
     entry = find_mount(path)
     if entry is not None:
         probe = probe_path(path, spec.probe_timeout_s, list_dir=False)
@@ -121,6 +145,7 @@ class Mount:
         max_restarts: int = 10,
         preflight: bool = True,
         on_event: Callable[[dict[str, Any]], None] | None = None,
+        managed: bool = False,
     ) -> None:
         self.spec = spec
         self._settings = settings
@@ -136,6 +161,7 @@ class Mount:
         self._stopping = threading.Event()
         self._lock = threading.RLock()
         self._on_event = on_event
+        self._managed = managed
         self.restarts = 0
         self.last_error = ""
         self.events: list[dict[str, Any]] = []
@@ -187,7 +213,7 @@ class Mount:
 
             sweep_abandoned_workdirs()
             log.info("mounting %s at %s with %s", self.spec.uri, self.path, self._backend.name)
-            self._created_dir = check_mount_dir(self.spec)
+            self._created_dir = check_mount_dir(self.spec, managed=self._managed)
             try:
                 if self._preflight:
                     check_bucket_access(self.settings, self.spec.bucket, self.spec.prefix,

@@ -359,3 +359,11 @@ def test_cleanup_command_clears_stale_mounts_and_scratch_dirs(s3_env, big_object
     assert f"stale mount {directory}" in cleared
     assert any(line.startswith("scratch dir") for line in cleared)
     assert find_mount(directory) is None
+
+
+def test_own_mount_over_a_managed_directory_is_refused_naming_the_owner(s3_env, big_object, mount_root):
+    require_fuse()
+    spec = MountSpec(f"s3://{big_object[0]}/", str(mount_root / "m"), backend="rclone")
+    with mountctl.api.acquire(spec):
+        with pytest.raises(mountctl.AlreadyMounted, match="managed by mountctl for s3://faults/"):
+            Mount(spec).start()

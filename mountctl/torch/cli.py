@@ -3,6 +3,7 @@ mount, s3torchconnector or s3fs.
 
     python resnet.py make s3://BUCKET/shard-data/ --num-images 50000
     python resnet.py train s3://BUCKET/shard-data/ --source-kind mountpoint --batch-size 256 --max-epochs 3
+    python resnet.py bench s3://BUCKET/bench/ --quick
     python resnet.py bench s3://BUCKET/shard-data/ --source-kind s3io
     python resnet.py demo
 
@@ -49,14 +50,9 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from mountctl.torch.bench import BenchConfig, bench_loader
+    from mountctl.torch.benchmark.command import run_bench
 
-    summary = bench_loader(BenchConfig(
-        uri=args.uri, source_kind=args.source_kind, batch_size=args.batch_size, num_workers=args.num_workers,
-        epochs=args.epochs, warmup_batches=args.warmup_batches, backend=args.backend, mount_dir=args.mount_dir,
-        seed=args.seed))
-    print(json.dumps(summary), flush=True)
-    return 0
+    return run_bench(args)
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -109,16 +105,11 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--no-progress", action="store_true", help="no progress bar")
     train.set_defaults(func=_train)
 
-    bench = commands.add_parser("bench", help="the data path alone: decoded batches/s per source kind, no model")
-    bench.add_argument("uri", help="s3://bucket/prefix/ holding shards and manifest.json")
-    bench.add_argument("--source-kind", choices=list(SOURCE_KINDS), default="mountpoint")
-    bench.add_argument("--batch-size", type=int, default=256)
-    bench.add_argument("--num-workers", type=int, default=2)
-    bench.add_argument("--epochs", type=int, default=1)
-    bench.add_argument("--warmup-batches", type=int, default=5)
-    bench.add_argument("--backend", choices=BACKEND_NAMES, default="auto")
-    bench.add_argument("--mount-dir", default=None)
-    bench.add_argument("--seed", type=int, default=0)
+    bench = commands.add_parser("bench", help="every source kind side by side with the local-disk and raw-GET "
+                                "limits: loader and ResNet-50 training throughput, JSON + Markdown + PNG")
+    from mountctl.torch.benchmark.command import add_bench_arguments
+
+    add_bench_arguments(bench)
     bench.set_defaults(func=_bench)
 
     demo = commands.add_parser("demo", help="make a small dataset, train with each source kind, compare images/s")

@@ -26,6 +26,7 @@ from typing import Any
 
 from . import paths
 from .backends import Backend, choose_backend
+from .doctor import sweep_abandoned_workdirs
 from .errors import AlreadyMounted, MountDirError, MountError, MountFailed, MountTimeout, StaleMount
 from .fusectl import force_clear, unmount
 from .mounttable import find_mount
@@ -208,9 +209,9 @@ class Mount:
         with self._lock:
             if self._child is not None:
                 return self
+            self._stopping.clear()
+            self.started_at = None
             self._backend = choose_backend(self.spec.backend)
-            from .doctor import sweep_abandoned_workdirs
-
             sweep_abandoned_workdirs()
             log.info("mounting %s at %s with %s", self.spec.uri, self.path, self._backend.name)
             self._created_dir = check_mount_dir(self.spec, managed=self._managed)
@@ -231,7 +232,6 @@ class Mount:
             track(self)
             self._event("mounted", f"{self._backend.name} pid {self.pid}")
             if self._watchdog_enabled:
-                self._stopping.clear()
                 self._watchdog = threading.Thread(target=self._watch, name=f"mountctl-watchdog:{self.path}",
                                                   daemon=True)
                 self._watchdog.start()

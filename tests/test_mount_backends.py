@@ -113,3 +113,14 @@ def test_mount_start_takes_seconds_not_minutes(backend, bucket, mount_root):
     with Mount(MountSpec(f"s3://{bucket}/", str(mount_root / "m"), backend=backend)):
         elapsed = time.monotonic() - started
     assert elapsed < 15
+
+
+def test_a_stopped_mount_can_be_started_again(bucket, s3, mount_root):
+    require_fuse()
+    s3.put_object(Bucket=bucket, Key="k", Body=b"v")
+    m = Mount(MountSpec(f"s3://{bucket}/", str(mount_root / "m"), backend="rclone"), watchdog=True)
+    for _ in range(2):
+        with m:
+            with open(os.path.join(m.path, "k"), "rb") as f:
+                assert f.read() == b"v"
+        assert find_mount(m.path) is None

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Benchmarks every source kind side by side on the embedded local S3:
+#   1. set up (Debian mount programs, .venv) and start the local S3 server unless it is running;
+#   2. run `python resnet.py bench s3://mountctl/bench/ ARGS...`: it makes (or reuses) synthetic
+#      datasets under that prefix, measures the limits (local disk, raw GET), the loaders of every
+#      source kind and mount program, and ResNet-50 training, and writes JSON, Markdown and PNG
+#      under bench-results/ (or --out).
+#   scripts/bench.sh --quick          a reduced sweep, under 3 minutes on two cores
+#   scripts/bench.sh --accelerator gpu
+# Stops the local S3 again if it started it, also on Ctrl-C.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+export PATH="$PWD/.venv/bin:$PATH"
+
+started_s3=0
+finish() {
+  if [ "$started_s3" = 1 ]; then mountctl local-s3 stop || true; fi
+}
+trap finish EXIT
+trap 'exit 130' INT TERM
+
+if ! mountctl local-s3 status >/dev/null; then started_s3=1; fi
+mountctl local-s3 start
+eval "$(mountctl local-s3 env)"
+
+python resnet.py bench s3://mountctl/bench/ "$@"

@@ -1,0 +1,106 @@
+"""`resnet.py bench`: one run measures every source kind beside the limits and writes JSON, Markdown and PNG.
+
+The sweep runs on tiny data (the ``tiny`` preset: 32 px images, a few shards,
+two ResNet-50 steps) against the real local S3 and real mounts, so it checks
+the shape and sanity of the results, not their speed.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from mountctl.errors import InvalidSpec
+from mountctl.torch.benchmark import preset, run_sweep, write_report
+from mountctl.torch.benchmark.sweep import LOCAL, source_plan
+from mountctl.torch.cli import build_parser
+
+from conftest import require_fuse
+
+
+@pytest.fixture(scope="module")
+def sweep(local_s3, tmp_path_factory):
+    """One tiny run shared by the tests below (it is the expensive part)."""
+    require_fuse()
+    settings = local_s3.settings()
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in local_s3.env().items():
+            patch.setenv(name, value)  # the mount supervisor and the trainer resolve S3 from the environment
+        client = settings.boto3_client()
+        client.create_bucket(Bucket="bench-test")
+        client.get_waiter("bucket_exists").wait(Bucket="bench-test", WaiterConfig={"Delay": 0.1, "MaxAttempts": 100})
+        out = tmp_path_factory.mktemp("bench-results")
+        config = preset("tiny", uri="s3://bench-test/bench/", out=str(out), progress=False)
+        result = run_sweep(config, settings=settings)
+        paths = write_report(result, config.out)
+    return config, result, paths
+
+
+def cells(result: dict, cell: str, status: str | None = "ok") -> list[dict]:
+    return [c for c in result["cells"] if c["cell"] == cell and (status is None or c["status"] == status)]
+
+
+def test_every_loader_cell_is_measured_against_the_limits_of_the_same_run(sweep):
+    config, result, _ = sweep
+    sources = [LOCAL] + [label for label, _, _ in source_plan(config)]
+    assert any(label.startswith("mountpoint/") for label in sources), "no mount program was benchmarked"
+    expected = {(d.label, w, s) for d in config.datasets for w in config.num_workers for s in sources}
+    loaders = cells(result, "loader", status=None)
+    assert {(c["dataset"], c["num_workers"], c["source"]) for c in loaders} == expected
+    for cell in loaders:
+        assert cell["status"] == "ok", cell
+        assert cell["samples_per_s"] > 0 and cell["mb_per_s"] > 0
+        assert cell["ratio_to_local_disk"] > 0 and cell["ratio_to_raw_get"] > 0
+        assert cell["loader_cpu_pct"] > 0 and cell["loader_peak_rss_mb"] > 0
+        if cell["kind"] == "mountpoint":
+            assert cell["daemon_peak_rss_mb"] > 0 and cell["daemon_cpu_pct"] is not None
+    assert all(c["ratio_to_local_disk"] == 1.0 for c in loaders if c["source"] == LOCAL)
+    assert {c["dataset"] for c in cells(result, "raw-get")} == {d.label for d in config.datasets}
+    assert all(c["mb_per_s"] > 0 for c in cells(result, "raw-get"))
+
+
+def test_mounts_report_start_up_and_every_source_its_first_sample(sweep):
+    config, result, _ = sweep
+    firsts = cells(result, "first-sample")
+    assert len(firsts) == len(config.datasets) * (1 + len(source_plan(config)))
+    assert all(c["first_sample_s"] > 0 for c in firsts)
+    assert all(c["mount_startup_s"] > 0 for c in firsts if c["kind"] == "mountpoint")
+
+
+def test_training_runs_per_source_kind_beside_the_ceiling(sweep):
+    config, result, _ = sweep
+    assert len(cells(result, "ceiling")) == 1 and cells(result, "ceiling")[0]["samples_per_s"] > 0
+    trained = cells(result, "train")
+    assert {c["source"] for c in trained} == {label for label, _, _ in source_plan(config)}
+    assert all(c["samples_per_s"] > 0 and c["ratio_to_ceiling"] > 0 for c in trained)
+    assert [c["status"] for c in cells(result, "gpu", status=None)] == [
+        "not run: --accelerator cpu (no GPU on this machine)"] or result["machine"]["gpu"]
+
+
+def test_the_run_is_written_as_json_markdown_and_png(sweep):
+    _, result, paths = sweep
+    with open(paths["json"], encoding="utf-8") as f:
+        saved = json.load(f)
+    assert saved["cells"] == result["cells"]
+    assert saved["machine"]["cpu_count"] >= 1 and saved["machine"]["cpu_model"]
+    assert saved["versions"]["torch"] and "mount program rclone" in saved["versions"]
+    with open(paths["md"], encoding="utf-8") as f:
+        table = f.read()
+    assert "| local-disk |" in table and "x local disk" in table
+    with open(paths["png"], "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_bench_command_accepts_quick_and_gpu():
+    args = build_parser().parse_args(["bench", "s3://bucket/p/", "--quick", "--accelerator", "gpu", "--num-workers", "1,4"])
+    config = preset("quick", uri=args.uri, accelerator=args.accelerator, num_workers=args.num_workers)
+    assert config.quick and config.accelerator == "gpu" and config.num_workers == (1, 4)
+    assert config.train_precision == "16-mixed"
+
+
+def test_a_bad_sweep_fails_before_anything_runs():
+    with pytest.raises(InvalidSpec, match="accelerator"):
+        preset("quick", uri="s3://bucket/p/", accelerator="tpu")
+    with pytest.raises(InvalidSpec, match="shard size"):
+        preset("quick", uri="s3://bucket/p/", shard_sizes=("lots",))

@@ -40,7 +40,10 @@ def serve(mount_dir: str, registry: Registry | None = None) -> int:
         signal.signal(signum, lambda *_: stop.set())
 
     def publish(event: dict[str, Any]) -> None:
-        changes: dict[str, Any] = {"restarts": mount.restarts, "daemon_pid": mount.pid}
+        # Published with every event: "mounted" is what waiting clients act on, so it must
+        # never be visible before the backend and log that go with it.
+        changes: dict[str, Any] = {"restarts": mount.restarts, "daemon_pid": mount.pid, "backend": mount.backend,
+                                   "log_path": mount.log_path}
         kind = event["event"]
         if kind in ("dead", "unresponsive", "restart-failed", "gave-up"):
             changes.update(state="recovering" if kind != "gave-up" else "failed", last_error=event["detail"])

@@ -13,15 +13,8 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 export PATH="$PWD/.venv/bin:$PATH"
 
-started_s3=0
-finish() {
-  if [ "$started_s3" = 1 ]; then mountctl local-s3 stop || true; fi
-}
-trap finish EXIT
+trap 'stop_local_s3_if_started 2>/dev/null || true' EXIT
 trap 'exit 130' INT TERM
-
-if ! mountctl local-s3 status >/dev/null; then started_s3=1; fi
-mountctl local-s3 start
-eval "$(mountctl local-s3 env)"
+source scripts/local-s3.sh
 
 python resnet.py bench s3://mountctl/bench/ "$@"

@@ -10,19 +10,15 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 export PATH="$PWD/.venv/bin:$PATH"
 
-started_s3=0
 mnt=$(mktemp -d /tmp/mountctl-demo-XXXXXX)
 finish() {
   mountctl unmount "$mnt/m" >/dev/null 2>&1 || true
   rm -rf "$mnt"
-  if [ "$started_s3" = 1 ]; then mountctl local-s3 stop || true; fi
+  stop_local_s3_if_started 2>/dev/null || true
 }
 trap finish EXIT
 trap 'exit 130' INT TERM
-
-if ! mountctl local-s3 status >/dev/null; then started_s3=1; fi
-mountctl local-s3 start
-eval "$(mountctl local-s3 env)"
+source scripts/local-s3.sh
 
 echo "== mounting s3://mountctl/demo/ with each mount program"
 python - <<'PY'

@@ -124,3 +124,10 @@ def test_a_stopped_mount_can_be_started_again(bucket, s3, mount_root):
             with open(os.path.join(m.path, "k"), "rb") as f:
                 assert f.read() == b"v"
         assert find_mount(m.path) is None
+
+
+def test_shared_auto_mount_reports_the_program_it_chose(bucket, s3, mount_root):
+    require_fuse()
+    with mountctl.mount(f"s3://{bucket}/", str(mount_root / "m"), backend="auto") as m:
+        assert m.backend in ("mount-s3", "rclone", "s3fs")
+        assert m.log_path and os.path.exists(m.log_path)

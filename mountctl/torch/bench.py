@@ -14,10 +14,10 @@ from typing import Any
 
 from mountctl.errors import InvalidSpec
 from mountctl.s3env import S3Settings, resolve
-from mountctl.spec import BACKEND_NAMES, parse_s3_uri
+from mountctl.spec import parse_s3_uri
 
 from .manifest import check_shards_present, load_manifest
-from .sources import SOURCE_KINDS, open_source
+from .sources import check_source_choice, open_source
 
 __all__ = ["BenchConfig", "bench_loader"]
 
@@ -36,10 +36,7 @@ class BenchConfig:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "uri", str(parse_s3_uri(self.uri)))
-        if self.source_kind not in SOURCE_KINDS:
-            raise InvalidSpec(f"unknown source kind {self.source_kind!r}: choose one of {', '.join(SOURCE_KINDS)}")
-        if self.backend not in BACKEND_NAMES:
-            raise InvalidSpec(f"unknown mount backend {self.backend!r}: choose one of {', '.join(BACKEND_NAMES)}")
+        check_source_choice(self.source_kind, self.backend)
         if self.batch_size < 1 or self.epochs < 1 or self.num_workers < 0 or self.warmup_batches < 0:
             raise InvalidSpec("batch size and epochs must be positive; workers and warm-up batches not negative")
 

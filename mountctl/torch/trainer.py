@@ -17,10 +17,10 @@ from typing import Any, TextIO
 
 from mountctl.errors import InvalidSpec
 from mountctl.s3env import S3Settings, resolve
-from mountctl.spec import BACKEND_NAMES, parse_s3_uri
+from mountctl.spec import parse_s3_uri
 
 from .manifest import check_shards_present, load_manifest
-from .sources import SOURCE_KINDS, open_source
+from .sources import check_source_choice, open_source
 
 __all__ = ["TrainConfig", "train", "default_precision", "default_num_workers", "ARCHITECTURES"]
 
@@ -66,10 +66,7 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "uri", str(parse_s3_uri(self.uri)))
-        if self.source_kind not in SOURCE_KINDS:
-            raise InvalidSpec(f"unknown source kind {self.source_kind!r}: choose one of {', '.join(SOURCE_KINDS)}")
-        if self.backend not in BACKEND_NAMES:
-            raise InvalidSpec(f"unknown mount backend {self.backend!r}: choose one of {', '.join(BACKEND_NAMES)}")
+        check_source_choice(self.source_kind, self.backend)
         if self.batch_size < 1:
             raise InvalidSpec(f"--batch-size must be at least 1, not {self.batch_size}")
         if self.num_workers is not None and self.num_workers < 0:

@@ -17,7 +17,7 @@ from .fsspec_s3 import FsspecSource, fsspec_source
 from .mountpoint import MountpointSource, mountpoint_source
 from .s3io import S3IOSource, s3io_source
 
-__all__ = ["SOURCE_KINDS", "ShardSource", "open_source", "MountpointSource", "S3IOSource", "FsspecSource"]
+__all__ = ["SOURCE_KINDS", "ShardSource", "check_source_choice", "open_source", "MountpointSource", "S3IOSource", "FsspecSource"]
 
 
 class ShardSource(Protocol):
@@ -34,6 +34,17 @@ SOURCE_KINDS: dict[str, Callable[..., AbstractContextManager[Any]]] = {
     "s3io": s3io_source,
     "fsspec": fsspec_source,
 }
+
+
+def check_source_choice(kind: str, backend: str) -> None:
+    """Reject an unknown source kind or mount program where a config is built, not in a worker."""
+    from mountctl.errors import InvalidSpec
+    from mountctl.spec import BACKEND_NAMES
+
+    if kind not in SOURCE_KINDS:
+        raise InvalidSpec(f"unknown source kind {kind!r}: choose one of {', '.join(SOURCE_KINDS)}")
+    if backend not in BACKEND_NAMES:
+        raise InvalidSpec(f"unknown mount backend {backend!r}: choose one of {', '.join(BACKEND_NAMES)}")
 
 
 def open_source(kind: str, uri: str, settings: Any, **options: Any) -> AbstractContextManager[Any]:

@@ -255,7 +255,7 @@ class LocalS3:
                 try:
                     client.head_bucket(Bucket=bucket)
                     break
-                except Exception:
+                except Exception:  # 404 until the new bucket propagates
                     if time.monotonic() > deadline:
                         raise LocalS3Error(f"bucket {bucket!r} did not appear within {timeout_s:g}s") from None
                     time.sleep(0.1)

@@ -367,3 +367,21 @@ def test_own_mount_over_a_managed_directory_is_refused_naming_the_owner(s3_env, 
     with mountctl.api.acquire(spec):
         with pytest.raises(mountctl.AlreadyMounted, match="managed by mountctl for s3://faults/"):
             Mount(spec).start()
+
+
+def test_supervisor_sigkill_is_reported_and_the_next_mount_takes_over(s3_env, big_object, mount_root):
+    require_fuse()
+    directory = str(mount_root / "m")
+    spec = MountSpec(f"s3://{big_object[0]}/", directory, backend="rclone")
+    first = mountctl.api.acquire(spec, pinned=True)  # as `mountctl mount` does: no holder process
+    supervisor, daemon = first.record()["supervisor"]["pid"], first.pid
+    os.kill(supervisor, signal.SIGKILL)
+    took = _wait_for(lambda: _gone(daemon), 10, "the mount program's exit after its supervisor's SIGKILL")
+    status = json.loads(subprocess.run([sys.executable, "-m", "mountctl", "status", "--json"], capture_output=True,
+                                       text=True, timeout=30, check=True).stdout)["mounts"]
+    assert [(m["dir"], m["state"]) for m in status] == [(directory, "abandoned")]
+    with mountctl.mount(spec.uri, directory, backend="rclone") as again:
+        with open(os.path.join(again.path, "k.txt"), "rb") as f:
+            assert f.read() == b"shared"
+    assert find_mount(directory) is None
+    print(f"\n[SIGKILL supervisor] mount program gone {took:.2f}s after; next mount took over")

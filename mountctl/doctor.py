@@ -127,6 +127,6 @@ def cleanup() -> list[str]:
     for name in os.listdir(managed):
         with contextlib.suppress(OSError):
             path = os.path.join(managed, name)
-            if find_mount(path) is None and Registry().read(path) is None:
+            if find_mount(path) is None and registry.read(path) is None:
                 os.rmdir(path)  # only removes empty leftovers
     return cleared

@@ -60,9 +60,11 @@ def abort_connection(entry: MountEntry) -> bool:
     if not entry.is_fuse:
         return False
     path = os.path.join(_FUSE_CONNECTIONS, str(entry.fuse_connection), "abort")
+    mounted_here = False
     if not os.path.exists(path) and os.geteuid() == 0:
-        # The control filesystem is often not mounted in containers; root can mount it.
-        _run(["mount", "-t", "fusectl", "none", _FUSE_CONNECTIONS], 5.0)
+        # The control filesystem is often not mounted in containers; root can mount it for
+        # the abort and take it away again, so mountctl leaves no mount of its own behind.
+        mounted_here = _run(["mount", "-t", "fusectl", "none", _FUSE_CONNECTIONS], 5.0)[0] == 0
     try:
         with open(path, "w") as control:
             control.write("1")
@@ -70,6 +72,9 @@ def abort_connection(entry: MountEntry) -> bool:
     except OSError as exc:
         log.debug("could not abort FUSE connection %s: %s", entry.fuse_connection, exc)
         return False
+    finally:
+        if mounted_here:
+            _run(["umount", _FUSE_CONNECTIONS], 5.0)
 
 
 def force_clear(mount_point: str, *, timeout_s: float = 5.0) -> UnmountResult:

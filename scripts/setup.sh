@@ -32,8 +32,4 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
     || { echo "setup: the Python packages did not install; see the pip output above" >&2; exit 1; }
   echo "$want" > "$stamp"
 fi
-# The FUSE control filesystem lets mountctl abort a wedged connection; mount it when we can.
-if [ -d /sys/fs/fuse/connections ] && ! grep -q " /sys/fs/fuse/connections " /proc/mounts && [ "$(id -u)" -eq 0 ]; then
-  mount -t fusectl none /sys/fs/fuse/connections 2>/dev/null || true
-fi
 echo "setup: ready (.venv/bin/mountctl, .venv/bin/python resnet.py)"

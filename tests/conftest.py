@@ -108,6 +108,10 @@ def fuse_mounts_under(root: str) -> list[str]:
     return [e.mount_point for e in read_mount_table() if e.is_fuse and e.mount_point.startswith(root)]
 
 
+def _fusectl_mounted() -> bool:
+    return any(e.fs_type == "fusectl" for e in read_mount_table())
+
+
 def mount_programs(*scopes: str) -> list[psutil.Process]:
     """Mount programs and mountctl supervisors whose command line names one of ``scopes``
     (this session's MOUNTCTL_HOME by default), so runs beside this one do not count."""
@@ -130,7 +134,9 @@ def mount_root(tmp_path):
     root = tmp_path / "mnt"
     root.mkdir()
     before = {p.pid for p in mount_programs(_SESSION_HOME, str(tmp_path))}
+    had_fusectl = _fusectl_mounted()
     yield root
+    assert _fusectl_mounted() == had_fusectl, "the FUSE control filesystem mountctl mounted was left behind"
     leftover_mounts = fuse_mounts_under(str(tmp_path))
     leftover_procs = [p for p in mount_programs(_SESSION_HOME, str(tmp_path)) if p.pid not in before and p.is_running()
                       and p.status() != psutil.STATUS_ZOMBIE]

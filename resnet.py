@@ -7,7 +7,7 @@ commands users know from the Mountpoint PyTorch example working as written.
 
 import sys
 
-from mountctl.torch.cli import main
+from mountctl.pytorch.cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,10 +1,13 @@
 """mountctl: S3 served to PyTorch loaders as plain files through supervised FUSE mounts.
 
-The public API is what ``__all__`` lists; every other module is private.
-This package never imports torch; the training side lives in ``mountctl.torch``.
+The public API is what ``__all__`` lists, plus the module ``mountctl.s3``
+(settings, URIs, clients, bucket checks); every other module is private and
+may change.  This package never imports torch; the training side lives in
+``mountctl.pytorch`` and imports only public names.
 """
 
-from .api import mount
+from . import s3
+from .backends import backend_versions, installed_backends
 from .errors import (
     AlreadyMounted,
     BackendNotFound,
@@ -13,40 +16,59 @@ from .errors import (
     EndpointUnreachable,
     InvalidSpec,
     LocalS3Error,
+    MountctlError,
     MountDirError,
     MountError,
     MountFailed,
     MountTimeout,
     RegistryError,
+    S3Error,
     StaleMount,
 )
+from .handle import MountHandle
+from .health import Health, HealthState
 from .local_s3 import LocalS3
+from .mount import Mount
+from .redaction import redact
 from .resilient import open_resilient
-from .s3env import S3Settings, resolve
-from .spec import MountSpec
-from .supervisor import Health, Mount
+from .s3 import S3Settings, S3Uri, parse_s3_uri, resolve
+from .shared import SharedMount, mount, status
+from .spec import BACKEND_NAMES, MountSpec
 
 __all__ = [
     "mount",
+    "status",
     "open_resilient",
     "Mount",
+    "SharedMount",
+    "MountHandle",
     "MountSpec",
+    "BACKEND_NAMES",
+    "installed_backends",
+    "backend_versions",
     "Health",
+    "HealthState",
     "LocalS3",
     "S3Settings",
+    "S3Uri",
+    "parse_s3_uri",
     "resolve",
-    "MountError",
+    "redact",
+    "s3",
+    "MountctlError",
     "InvalidSpec",
+    "MountError",
     "BackendNotFound",
     "MountDirError",
     "AlreadyMounted",
     "MountTimeout",
     "MountFailed",
     "StaleMount",
+    "RegistryError",
+    "S3Error",
     "CredentialsError",
     "BucketNotFound",
     "EndpointUnreachable",
     "LocalS3Error",
-    "RegistryError",
 ]
-__version__ = "0.1.0"
+__version__ = "0.2.0"

@@ -1,3 +1,5 @@
+"""``python -m mountctl``: the same as the ``mountctl`` command."""
+
 import sys
 
 from .cli import main

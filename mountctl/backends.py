@@ -16,10 +16,12 @@ from typing import ClassVar
 
 from .errors import BackendNotFound, InvalidSpec
 from .mounttable import MountEntry
-from .s3env import S3Settings
+from .paths import write_private
+from .s3 import S3Settings
 from .spec import MountSpec
 
-__all__ = ["Backend", "MountS3", "Rclone", "S3fsFuse", "BACKENDS", "get_backend", "choose_backend"]
+__all__ = ["Backend", "MountS3", "Rclone", "S3fsFuse", "BACKENDS", "get_backend", "choose_backend", "installed_backends",
+           "backend_versions"]
 
 # rclone expands a remote named in RCLONE_CONFIG_<NAME>_* without any config file.
 _RCLONE_REMOTE = "MOUNTCTL"
@@ -35,8 +37,7 @@ class Backend:
         if path is None:
             raise BackendNotFound(
                 f"backend {self.name!r} needs the program {self.program!r}, which is not on PATH; "
-                f"{self.install_hint}, or choose another with --backend"
-            )
+                f"{self.install_hint}, or choose another with --backend", program=self.program)
         return path
 
     def available(self) -> bool:
@@ -197,7 +198,7 @@ class S3fsFuse(Backend):
             secret = f"{settings.access_key_id}:{settings.secret_access_key}"
             if settings.session_token:
                 secret += f":{settings.session_token}"
-            _write_private(os.path.join(workdir, "s3fs.passwd"), secret + "\n")
+            write_private(os.path.join(workdir, "s3fs.passwd"), secret + "\n")
         env = settings.child_env()
         # s3fs would prefer these over the password file; keep one source of truth.
         for name in ("AWSACCESSKEYID", "AWSSECRETACCESSKEY", "AWSSESSIONTOKEN"):
@@ -206,16 +207,6 @@ class S3fsFuse(Backend):
 
     def owns(self, entry: MountEntry) -> bool:
         return entry.fs_type == "fuse.s3fs"
-
-
-def _write_private(path: str, content: str) -> None:
-    """Create (or replace) a file readable by its owner only, without a world-readable moment."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        os.fchmod(fd, 0o600)
-        os.write(fd, content.encode())
-    finally:
-        os.close(fd)
 
 
 def _seconds(value: float) -> str:
@@ -247,3 +238,13 @@ def choose_backend(name: str) -> Backend:
         "no mount program found (tried mount-s3, rclone, s3fs on PATH); install one, e.g. "
         "`apt-get install rclone`, or AWS's mount-s3 package"
     )
+
+
+def installed_backends() -> tuple[str, ...]:
+    """Names of the mount programs on PATH, in ``auto``'s order of preference."""
+    return tuple(name for name in _AUTO_ORDER if BACKENDS[name].available())
+
+
+def backend_versions() -> dict[str, str]:
+    """Each mount program's version line, or 'not installed'."""
+    return {name: backend.version() if backend.available() else "not installed" for name, backend in BACKENDS.items()}

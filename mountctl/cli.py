@@ -8,11 +8,9 @@ import logging
 import shlex
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 
-from .errors import MountError
-from .s3env import redact
+from .errors import MountctlError
+from .redaction import redact
 
 __all__ = ["main"]
 
@@ -93,7 +91,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _cmd_mount(args: argparse.Namespace) -> int:
-    from .api import acquire
+    from .shared import acquire
     from .spec import MountSpec
 
     spec = MountSpec(
@@ -104,7 +102,7 @@ def _cmd_mount(args: argparse.Namespace) -> int:
         extra_args={args.backend: tuple(args.extra_arg)} if args.extra_arg and args.backend != "auto" else {},
     )
     if args.extra_arg and args.backend == "auto":
-        raise MountError("--extra-arg needs an explicit --backend: the arguments differ per program")
+        raise MountctlError("--extra-arg needs an explicit --backend: the arguments differ per program")
     handle = acquire(spec, pinned=True, watchdog=not args.no_watchdog)
     print(f"mounted {spec.uri} at {spec.mount_dir} with {handle.backend} (pid {handle.pid}); "
           f"unmount with: mountctl unmount {shlex.quote(spec.mount_dir)}")
@@ -112,9 +110,9 @@ def _cmd_mount(args: argparse.Namespace) -> int:
 
 
 def _cmd_unmount(args: argparse.Namespace) -> int:
-    from .api import request_unmount
     from .fusectl import unmount
     from .mounttable import find_mount
+    from .shared import request_unmount
     from .spec import canonical_dir
 
     path = canonical_dir(args.dir)
@@ -124,43 +122,16 @@ def _cmd_unmount(args: argparse.Namespace) -> int:
     if find_mount(path) is not None:
         result = unmount(path)
         if not result.ok:
-            raise MountError(f"{path} is not managed by mountctl and could not be unmounted: {result.message}")
+            raise MountctlError(f"{path} is not managed by mountctl and could not be unmounted: {result.message}")
         print(f"unmounted {path} (it was not managed by mountctl)")
         return 0
-    raise MountError(f"nothing is mounted at {path}; see `mountctl status` for managed mounts")
-
-
-def mount_statuses(timeout_s: float = 2.0) -> list[dict[str, Any]]:
-    """Every managed mount with a fresh, bounded health check (probed in parallel)."""
-    from .backends import get_backend
-    from .registry import Registry, process_alive
-    from .supervisor import mount_health
-
-    records = Registry().records()
-
-    def one(record: dict[str, Any]) -> dict[str, Any]:
-        supervisor_alive = process_alive(record.get("supervisor"))
-        backend = get_backend(record["backend"]) if record.get("backend") else None
-        if supervisor_alive and record.get("state") == "mounted":
-            health = mount_health(record["mount_dir"], backend, record.get("daemon_pid"), timeout_s).to_dict()
-        else:
-            health = {"state": "dead" if not supervisor_alive else record.get("state"),
-                      "error": "" if supervisor_alive else "supervisor is gone; run `mountctl cleanup`"}
-        return {
-            "uri": record["uri"], "dir": record["mount_dir"], "backend": record.get("backend"),
-            "pid": record.get("daemon_pid"), "supervisor_pid": (record.get("supervisor") or {}).get("pid"),
-            "state": record.get("state") if supervisor_alive else "abandoned", "health": health,
-            "since": record.get("since"), "restarts": record.get("restarts", 0),
-            "last_error": record.get("last_error", ""), "holders": len(record.get("holders", [])),
-            "pinned": record.get("pinned", False), "log": record.get("log_path"),
-        }
-
-    with ThreadPoolExecutor(max_workers=max(1, min(8, len(records)))) as pool:
-        return list(pool.map(one, records))
+    raise MountctlError(f"nothing is mounted at {path}; see `mountctl status` for managed mounts")
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
-    rows = mount_statuses(args.timeout)
+    from .shared import status
+
+    rows = status(args.timeout)
     if args.json:
         print(json.dumps({"mounts": rows}, indent=2))
         return 0
@@ -244,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
                         format="mountctl: %(message)s")
     try:
         return _COMMANDS[args.command](args)
-    except MountError as exc:
+    except MountctlError as exc:
         print(f"mountctl: error: {redact(str(exc))}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

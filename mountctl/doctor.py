@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shutil
 import socket
@@ -12,13 +11,17 @@ from urllib.parse import urlparse
 
 from . import paths
 from .backends import BACKENDS
-from .errors import MountError
+from .errors import MountctlError
 from .fusectl import force_clear
 from .mounttable import find_mount, read_mount_table
 from .probe import probe_path
-from .registry import Registry, process_alive
+from .processes import process_alive
+from .s3 import check_bucket_access, parse_s3_uri, resolve
+from .scratch import sweep_abandoned_workdirs
+from .shared.client import clear_abandoned
+from .shared.registry import Registry
 
-__all__ = ["run_checks", "cleanup", "sweep_abandoned_workdirs"]
+__all__ = ["run_checks", "cleanup"]
 
 
 def _check(name: str, ok: bool, detail: str, fix: str = "", optional: bool = False) -> dict[str, Any]:
@@ -44,16 +47,14 @@ def run_checks(uri: str | None = None) -> list[dict[str, Any]]:
     if not any(b.available() for b in BACKENDS.values()):
         checks.append(_check("any backend", False, "no mount program installed", "apt-get install rclone"))
 
-    from .s3env import resolve
-
     try:
         settings = resolve()
-    except MountError as exc:
+    except MountctlError as exc:
         checks.append(_check("credentials", False, str(exc), "fix AWS_PROFILE or the AWS_* variables"))
         return checks
     checks.append(_check(
         "credentials", settings.has_credentials,
-        f"access key {settings.access_key_id[:4]}... found" if settings.has_credentials else "none found",
+        f"access key {(settings.access_key_id or '')[:4]}... found" if settings.has_credentials else "none found",
         "set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or AWS_PROFILE; for the local server: "
         "eval \"$(mountctl local-s3 env)\""))
     endpoint = settings.endpoint_url or f"https://s3.{settings.region}.amazonaws.com"
@@ -68,55 +69,26 @@ def run_checks(uri: str | None = None) -> list[dict[str, Any]]:
                              "check AWS_ENDPOINT_URL; for the local server run `mountctl local-s3 start`"))
         return checks
     if uri:
-        from .preflight import check_bucket_access
-        from .spec import parse_s3_uri
-
         try:
             target = parse_s3_uri(uri)
             check_bucket_access(settings, target.bucket, target.prefix)
             checks.append(_check("bucket access", True, f"listed {target}"))
-        except MountError as exc:
+        except MountctlError as exc:
             checks.append(_check("bucket access", False, str(exc), "see the message"))
     return checks
 
 
-def sweep_abandoned_workdirs() -> list[str]:
-    """Remove scratch dirs of in-process mounts whose owner died, clearing their mounts first."""
-    cleared = []
-    run = paths.runtime_dir()
-    for name in os.listdir(run):
-        workdir = os.path.join(run, name)
-        if not name.startswith("mount-"):
-            continue
-        try:
-            with open(os.path.join(workdir, "owner.json")) as f:
-                owner = json.load(f)
-        except (OSError, ValueError):
-            continue
-        if process_alive(owner):
-            continue
-        mount_dir = owner.get("mount_dir", "")
-        if mount_dir and find_mount(mount_dir) is not None and not probe_path(mount_dir, 2.0, list_dir=False).ok:
-            force_clear(mount_dir)
-            cleared.append(f"stale mount {mount_dir}")
-        shutil.rmtree(workdir, ignore_errors=True)
-        cleared.append(f"scratch dir {workdir}")
-    return cleared
-
-
 def cleanup() -> list[str]:
     """Clear everything mountctl owns whose owner is gone: records, dead mounts, scratch dirs."""
-    from .api import clear_abandoned
-
     cleared: list[str] = []
     registry = Registry()
     for record in registry.records():
-        mount_dir = record["mount_dir"]
-        if process_alive(record.get("supervisor")):
+        mount_dir = record.mount_dir
+        if process_alive(record.supervisor):
             continue
         with registry.locked(mount_dir):
             clear_abandoned(mount_dir, registry.read(mount_dir), registry)
-        cleared.append(f"abandoned mount {mount_dir} ({record['uri']})")
+        cleared.append(f"abandoned mount {mount_dir} ({record.uri})")
     cleared += sweep_abandoned_workdirs()
     managed = paths.managed_mounts_dir()
     for entry in read_mount_table():

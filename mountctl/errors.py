@@ -1,34 +1,63 @@
-"""The exceptions mountctl raises.
+"""The exceptions mountctl raises: one base, a branch for mounts, a branch for S3.
 
 Every message says what failed, what was tried and what to do next; none
 carries a secret (messages go through ``redact`` before they are built).
+Errors also carry what a program needs to act on them (the mount program,
+its log, the directory, the time bound) as attributes, and keep them when
+pickled across a DataLoader worker or a process boundary.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = [
-    "MountError",
+    "MountctlError",
     "InvalidSpec",
+    "MountError",
     "BackendNotFound",
     "MountDirError",
     "AlreadyMounted",
     "MountTimeout",
     "MountFailed",
     "StaleMount",
+    "RegistryError",
+    "S3Error",
     "CredentialsError",
     "BucketNotFound",
     "EndpointUnreachable",
     "LocalS3Error",
-    "RegistryError",
 ]
 
 
-class MountError(Exception):
-    """Base of every error mountctl raises on purpose."""
+class MountctlError(Exception):
+    """Base of every error mountctl raises on purpose.
+
+    Keyword attributes (``program``, ``log_path``, ``mount_dir``, ``timeout_s``, ...)
+    are set on the instance; absent ones read as None.
+    """
+
+    program: str | None = None
+    log_path: str | None = None
+    mount_dir: str | None = None
+    timeout_s: float | None = None
+
+    def __init__(self, message: str, **attributes: Any) -> None:
+        super().__init__(message)
+        for name, value in attributes.items():
+            setattr(self, name, value)
+
+    @property
+    def message(self) -> str:
+        return str(self.args[0]) if self.args else ""
 
 
-class InvalidSpec(MountError, ValueError):
-    """A mount request that can never work as written (bad URI, option, backend name)."""
+class InvalidSpec(MountctlError, ValueError):
+    """A request that can never work as written (bad URI, option, backend name)."""
+
+
+class MountError(MountctlError):
+    """Base of the errors about mounting, serving and unmounting."""
 
 
 class BackendNotFound(MountError):
@@ -40,7 +69,7 @@ class MountDirError(MountError):
 
 
 class AlreadyMounted(MountDirError):
-    """Something live is already mounted at the mount directory."""
+    """Something live is already mounted at the mount directory, or it is managed for another request."""
 
 
 class MountTimeout(MountError):
@@ -55,21 +84,25 @@ class StaleMount(MountError):
     """A dead FUSE mount (ENOTCONN) sits at the path and could not be cleared."""
 
 
-class CredentialsError(MountError):
+class RegistryError(MountError):
+    """The node-wide registry of shared mounts refused a request."""
+
+
+class S3Error(MountctlError):
+    """S3 itself refused or could not be reached."""
+
+
+class CredentialsError(S3Error):
     """S3 rejected the credentials, or none could be found."""
 
 
-class BucketNotFound(MountError):
+class BucketNotFound(S3Error):
     """The bucket does not exist at the endpoint."""
 
 
-class EndpointUnreachable(MountError):
+class EndpointUnreachable(S3Error):
     """Nothing answered at the S3 endpoint."""
 
 
-class LocalS3Error(MountError):
+class LocalS3Error(MountctlError):
     """The embedded local S3 server could not be started, stopped or found."""
-
-
-class RegistryError(MountError):
-    """The node-wide registry of shared mounts refused a request."""

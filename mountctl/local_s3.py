@@ -25,12 +25,16 @@ from typing import Any
 
 from . import paths
 from .errors import LocalS3Error
-from .s3env import S3Settings, remember_secret
+from .logs import tail
+from .paths import write_private_json
+from .redaction import remember_secret
+from .s3 import DEFAULT_REGION, S3Settings
+from .s3 import client as s3_client
 
 __all__ = ["LocalS3", "LocalS3Status", "DEFAULT_BUCKET"]
 
 DEFAULT_BUCKET = "mountctl"
-REGION = "us-east-1"
+REGION = DEFAULT_REGION
 # weed's components, each with an HTTP port; every gRPC port is HTTP + 10000, the
 # offset SeaweedFS's own worker assumes when it dials the admin server.
 _COMPONENTS = ("master", "volume", "filer", "s3", "admin")
@@ -48,14 +52,6 @@ class LocalS3Status:
     def to_dict(self) -> dict[str, Any]:
         return {"running": self.running, "endpoint": self.endpoint_url, "pid": self.pid,
                 "home": self.home, "log": self.log_path}
-
-
-def _write_private_json(path: str, data: dict[str, Any]) -> None:
-    tmp = path + ".tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        json.dump(data, f, indent=2)
-    os.replace(tmp, path)
 
 
 def _port_free(port: int) -> bool:
@@ -113,7 +109,7 @@ class LocalS3:
                 "access_key_id": "MCTL" + "".join(secrets.choice(alphabet) for _ in range(16)),
                 "secret_access_key": secrets.token_urlsafe(30),
             }
-            _write_private_json(self._path("credentials.json"), creds)
+            write_private_json(self._path("credentials.json"), creds)
         remember_secret(creds["secret_access_key"])
         return creds
 
@@ -178,7 +174,7 @@ class LocalS3:
             "credentials": [{"accessKey": creds["access_key_id"], "secretKey": creds["secret_access_key"]}],
             "actions": ["Admin", "Read", "Write", "List", "Tagging"],
         }]}
-        _write_private_json(self._path("identities.json"), identities)
+        write_private_json(self._path("identities.json"), identities)
         ports = self._choose_ports()
         data_dir = self._path("data")
         os.makedirs(data_dir, mode=0o700, exist_ok=True)
@@ -198,7 +194,7 @@ class LocalS3:
         import psutil
 
         endpoint = f"http://127.0.0.1:{ports['s3']}"
-        _write_private_json(self._path("server.json"), {
+        write_private_json(self._path("server.json"), {
             "pid": child.pid, "create_time": psutil.Process(child.pid).create_time(), "endpoint": endpoint,
             "ports": ports, "started_at": time.time()})
         try:
@@ -224,7 +220,7 @@ class LocalS3:
 
     def _wait_until_serving(self, child: subprocess.Popen[bytes], timeout_s: float) -> None:
         settings = self.settings()
-        client = settings.boto3_client(connect_timeout=1, read_timeout=5, retries=1)
+        client = s3_client(settings, connect_timeout=1, read_timeout=5, retries=1)
         deadline = time.monotonic() + timeout_s
         last = ""
         while time.monotonic() < deadline:
@@ -243,7 +239,7 @@ class LocalS3:
     def _ensure_buckets(self, buckets: tuple[str, ...], timeout_s: float) -> None:
         if not buckets:
             return
-        client = self.settings().boto3_client(connect_timeout=2, read_timeout=10, retries=2)
+        client = s3_client(self.settings(), connect_timeout=2, read_timeout=10, retries=2)
         existing = {b["Name"] for b in client.list_buckets().get("Buckets", [])}
         for bucket in buckets:
             if bucket not in existing:
@@ -279,7 +275,11 @@ class LocalS3:
                 process.wait(timeout=grace_s)
             except psutil.TimeoutExpired:
                 os.killpg(pid, signal.SIGKILL)
-                process.wait(timeout=10)
+                try:
+                    process.wait(timeout=10)
+                except psutil.TimeoutExpired:
+                    raise LocalS3Error(f"the local S3 server (pid {pid}) did not exit within 10s of SIGKILL; it is "
+                                       f"stuck in the kernel: check `ps -o stat,wchan -p {pid}`", timeout_s=10) from None
         except (psutil.NoSuchProcess, ProcessLookupError):
             pass
         # server.json stays: its ports are reused by the next start, so the endpoint survives restarts.
@@ -298,10 +298,4 @@ class LocalS3:
                 pass
 
     def _log_tail(self, lines: int = 5) -> str:
-        try:
-            with open(self.log_path, "rb") as f:
-                f.seek(max(0, os.fstat(f.fileno()).st_size - 4096))
-                text = f.read().decode(errors="replace").splitlines()
-        except OSError:
-            return ""
-        return " | ".join(t.strip() for t in text[-lines:] if t.strip())
+        return tail([self.log_path], lines, skip_prefix="")

@@ -12,7 +12,7 @@ import os
 import re
 from dataclasses import dataclass
 
-__all__ = ["MountEntry", "read_mount_table", "find_mount"]
+__all__ = ["MountEntry", "read_mount_table", "find_mount", "covering_mount"]
 
 MOUNTINFO = "/proc/self/mountinfo"
 _OCTAL = re.compile(r"\\([0-7]{3})")
@@ -67,3 +67,15 @@ def find_mount(mount_point: str) -> MountEntry | None:
         if entry.mount_point == target:
             found = entry
     return found
+
+
+def covering_mount(path: str) -> MountEntry | None:
+    """The entry whose mount point is the longest prefix of ``path`` (the file system serving it)."""
+    target = os.path.abspath(path)
+    best = None
+    for entry in read_mount_table():
+        root = entry.mount_point.rstrip("/") or "/"
+        if (target == root or target.startswith(root + "/") or root == "/") and (
+                best is None or len(entry.mount_point) >= len(best.mount_point)):
+            best = entry
+    return best

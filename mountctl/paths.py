@@ -1,10 +1,14 @@
-"""Where mountctl keeps its state: ``$MOUNTCTL_HOME`` (default ``~/.local/share/mountctl``), all 0700."""
+"""Where mountctl keeps its state (``$MOUNTCTL_HOME``, default ``~/.local/share/mountctl``) and how it writes private files."""
 
 from __future__ import annotations
 
+import json
 import os
+import secrets
+from typing import Any
 
-__all__ = ["home", "private_dir", "runtime_dir", "registry_dir", "local_s3_dir", "managed_mounts_dir"]
+__all__ = ["home", "private_dir", "runtime_dir", "registry_dir", "local_s3_dir", "managed_mounts_dir",
+           "cache_root", "write_private", "write_private_json", "node_key"]
 
 
 def home() -> str:
@@ -13,27 +17,31 @@ def home() -> str:
 
 
 def private_dir(*parts: str) -> str:
-    """A directory only this user can enter, created on first use."""
-    path = os.path.join(home(), *parts)
-    os.makedirs(path, mode=0o700, exist_ok=True)
-    os.chmod(path, 0o700)
+    """A directory only this user can enter, created on first use (its parents too, each 0700)."""
+    path = home()
+    for part in ("", *parts):
+        path = os.path.join(path, part) if part else path
+        os.makedirs(path, mode=0o700, exist_ok=True)
+        os.chmod(path, 0o700)
     return path
 
 
 def runtime_dir() -> str:
-    """Per-mount scratch space (logs, s3fs password file, caches)."""
-    private_dir()
+    """Per-mount scratch space (logs, s3fs password file)."""
     return private_dir("run")
 
 
 def registry_dir() -> str:
-    private_dir()
     return private_dir("mounts")
 
 
 def local_s3_dir() -> str:
-    private_dir()
     return private_dir("local-s3")
+
+
+def cache_root() -> str:
+    """Node-local data caches of training mounts; they outlive a mount so the next job starts warm."""
+    return private_dir("cache")
 
 
 def managed_mounts_dir() -> str:
@@ -42,3 +50,41 @@ def managed_mounts_dir() -> str:
     path = os.path.join(home(), "mnt")
     os.makedirs(path, mode=0o755, exist_ok=True)
     return path
+
+
+def write_private(path: str, content: bytes | str) -> None:
+    """Write a file only its owner can read, atomically and without a world-readable moment."""
+    data = content.encode() if isinstance(content, str) else content
+    tmp = f"{path}.{os.getpid()}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.fchmod(fd, 0o600)
+        os.write(fd, data)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+
+
+def write_private_json(path: str, data: Any) -> None:
+    write_private(path, json.dumps(data, indent=1))
+
+
+def node_key() -> bytes:
+    """A random key private to this ``$MOUNTCTL_HOME``: it keys the credentials fingerprint of shared mounts."""
+    path = os.path.join(private_dir(), "node.key")
+    try:
+        with open(path, "rb") as f:
+            key = f.read()
+        if len(key) >= 32:
+            return key
+    except FileNotFoundError:
+        pass
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:  # another process made it first; read what it wrote
+        with open(path, "rb") as f:
+            return f.read()
+    with os.fdopen(fd, "wb") as f:
+        f.write(secrets.token_bytes(32))
+    with open(path, "rb") as f:
+        return f.read()

@@ -1,9 +1,14 @@
 """``open_resilient``: read a file through a mount that may be remounted under the reader.
 
 While the watchdog replaces a dead mount, reads of files opened through it fail
-with ENOTCONN, ECONNABORTED, EIO or ESTALE.  This reader reopens the same
-path once the mount answers again and seeks back to the byte it had reached,
-so the caller sees one uninterrupted stream: no byte lost, none repeated.
+with ENOTCONN, ECONNABORTED, EIO or ESTALE, and for a moment the path may not
+exist (ENOENT) because the FUSE mount it was opened through is not there.  This reader retries exactly
+those, reopens the same path once the mount answers again and seeks back to
+the byte it had reached, so the caller sees one uninterrupted stream: no byte
+lost, none repeated.  Nothing else is retried (not EAGAIN, not ETIMEDOUT).  A
+file that is really gone fails at once instead: ENOENT while its mount is in
+place, or, when the caller says how to ask S3 (``still_exists``), an object
+that S3 no longer has.
 """
 
 from __future__ import annotations
@@ -13,24 +18,40 @@ import io
 import logging
 import os
 import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from .mounttable import covering_mount, find_mount
 
 __all__ = ["open_resilient", "ResilientReader", "RETRYABLE_ERRNOS"]
 
 log = logging.getLogger("mountctl")
 
-RETRYABLE_ERRNOS = frozenset({errno.ENOTCONN, errno.ECONNABORTED, errno.EIO, errno.ESTALE, errno.ENOENT,
-                              errno.ETIMEDOUT, errno.EAGAIN})
+# Retried until retry_for_s runs out; ENOENT too, but only while the file's FUSE mount is gone.
+RETRYABLE_ERRNOS = frozenset({errno.ENOTCONN, errno.ECONNABORTED, errno.EIO, errno.ESTALE})
+
+T = TypeVar("T")
+
+
+def _gone(path: str) -> FileNotFoundError:
+    return FileNotFoundError(errno.ENOENT, "the S3 object behind this file was deleted while it was being read; "
+                                           "rebuild the dataset's manifest or restore the object", path)
 
 
 class ResilientReader(io.RawIOBase):
     """A raw, seekable, read-only file that survives its mount being replaced."""
 
-    def __init__(self, path: str, *, retry_for_s: float = 120.0) -> None:
+    def __init__(self, path: str, *, retry_for_s: float = 120.0,
+                 still_exists: Callable[[], bool] | None = None) -> None:
         super().__init__()
         self.name = path
         self._retry_for_s = retry_for_s
+        self._still_exists = still_exists
         self._offset = 0
         self._file: io.FileIO | None = io.FileIO(path, "r")  # a missing file fails at once, as open() does
+        entry = covering_mount(path)
+        # The FUSE mount this file was opened through; ENOENT is retried only while it is gone.
+        self._fuse_root = entry.mount_point if entry is not None and entry.is_fuse else None
         self.reopens = 0
 
     def readable(self) -> bool:
@@ -54,7 +75,7 @@ class ResilientReader(io.RawIOBase):
         self._offset = target
         return target
 
-    def readinto(self, buffer: memoryview | bytearray) -> int:  # type: ignore[override]
+    def readinto(self, buffer: Any) -> int:
         def read(f: io.FileIO) -> int:
             f.seek(self._offset)
             return f.readinto(buffer) or 0
@@ -63,7 +84,23 @@ class ResilientReader(io.RawIOBase):
         self._offset += count
         return count
 
-    def _with_retry(self, operation):  # type: ignore[no-untyped-def]
+    def _retryable(self, exc: OSError) -> bool:
+        if exc.errno == errno.ENOENT:
+            if self._fuse_root is not None and find_mount(self._fuse_root) is None:
+                return True  # the FUSE mount is being replaced: its directory is briefly empty
+            raise _gone(self.name) from None  # the file system answers, and says the file is not there
+        if exc.errno not in RETRYABLE_ERRNOS:
+            return False
+        if self._still_exists is not None:
+            try:
+                exists = self._still_exists()
+            except Exception:  # S3 itself is unreachable: keep waiting for it
+                exists = True
+            if not exists:
+                raise _gone(self.name) from None
+        return True
+
+    def _with_retry(self, operation: Callable[[io.FileIO], T]) -> T:
         deadline = time.monotonic() + self._retry_for_s
         delay = 0.05
         while True:
@@ -74,7 +111,7 @@ class ResilientReader(io.RawIOBase):
                     log.info("reopened %s at offset %d after the mount recovered", self.name, self._offset)
                 return operation(self._file)
             except OSError as exc:
-                if exc.errno not in RETRYABLE_ERRNOS or time.monotonic() > deadline:
+                if not self._retryable(exc) or time.monotonic() > deadline:
                     raise
                 self._drop()
                 time.sleep(delay)
@@ -94,8 +131,13 @@ class ResilientReader(io.RawIOBase):
 
 
 def open_resilient(path: str | os.PathLike[str], mode: str = "rb", *, buffering: int = 1 << 20,
-                   retry_for_s: float = 120.0) -> io.BufferedReader:
-    """Open ``path`` for reading like ``open(path, "rb")``, retrying through a remount."""
+                   retry_for_s: float = 120.0, still_exists: Callable[[], bool] | None = None) -> io.BufferedReader:
+    """Open ``path`` for reading like ``open(path, "rb")``, retrying through a remount.
+
+    ``still_exists`` (optional) asks S3 whether the object is still there; with it a
+    file deleted mid-read fails at once rather than after ``retry_for_s``.
+    """
     if mode not in ("r", "rb"):
         raise ValueError(f"open_resilient reads binary files only (mode 'rb'), not {mode!r}")
-    return io.BufferedReader(ResilientReader(os.fspath(path), retry_for_s=retry_for_s), buffer_size=buffering)
+    raw = ResilientReader(os.fspath(path), retry_for_s=retry_for_s, still_exists=still_exists)
+    return io.BufferedReader(raw, buffer_size=buffering)

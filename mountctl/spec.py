@@ -3,22 +3,20 @@
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 import os
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import InvalidSpec
+from .s3 import check_endpoint, parse_s3_uri
 
-__all__ = ["MountSpec", "S3Uri", "parse_s3_uri", "canonical_dir", "BACKEND_NAMES"]
+__all__ = ["MountSpec", "canonical_dir", "BACKEND_NAMES"]
 
 BACKEND_NAMES = ("auto", "mount-s3", "rclone", "s3fs")
 
-# S3's own bucket naming rules, relaxed for the dots some S3-compatible stores allow.
-_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.\-_]{1,61}[a-z0-9]$")
+# Options that change how long mountctl waits, not what the mount serves.
+_BOUNDS = ("mount_timeout_s", "unmount_timeout_s", "probe_timeout_s", "busy_grace_s")
 
 
 def canonical_dir(path: str) -> str:
@@ -31,34 +29,7 @@ def canonical_dir(path: str) -> str:
     return os.path.join(os.path.realpath(parent), name) if name else path
 
 
-@dataclass(frozen=True)
-class S3Uri:
-    bucket: str
-    prefix: str  # "" or ends with "/"
-
-    def __str__(self) -> str:
-        return f"s3://{self.bucket}/{self.prefix}"
-
-
-def parse_s3_uri(uri: str) -> S3Uri:
-    """Split ``s3://bucket[/prefix/]``; the prefix always comes back ending in ``/``."""
-    if not isinstance(uri, str) or not uri.startswith("s3://"):
-        raise InvalidSpec(f"{uri!r} is not an S3 URI: write it as s3://bucket/ or s3://bucket/prefix/")
-    rest = uri[len("s3://") :]
-    bucket, _, prefix = rest.partition("/")
-    if not _BUCKET.match(bucket):
-        raise InvalidSpec(
-            f"{bucket!r} in {uri!r} is not a valid bucket name: use 3-63 lowercase letters, "
-            "digits, dots or hyphens, e.g. s3://my-bucket/data/"
-        )
-    if "//" in prefix or prefix.startswith("/") or any(part in (".", "..") for part in prefix.split("/")):
-        raise InvalidSpec(f"prefix {prefix!r} in {uri!r} has an empty, '.' or '..' part: write it as a/b/")
-    if prefix and not prefix.endswith("/"):
-        prefix += "/"
-    return S3Uri(bucket, prefix)
-
-
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class MountSpec:
     """One mount: which S3 prefix, where, through which program, with which options.
 
@@ -85,7 +56,7 @@ class MountSpec:
     busy_grace_s: float = 2.0
 
     def __post_init__(self) -> None:
-        parse_s3_uri(self.uri)
+        object.__setattr__(self, "uri", str(parse_s3_uri(self.uri)))  # s3://b/p and s3://b/p/ are one prefix
         if not isinstance(self.mount_dir, str) or not self.mount_dir:
             raise InvalidSpec("mount_dir is empty: give the directory to mount on, e.g. /mnt/data")
         object.__setattr__(self, "mount_dir", canonical_dir(self.mount_dir))
@@ -114,8 +85,8 @@ class MountSpec:
                 raise InvalidSpec(f"extra_args[{backend!r}] must be a list of arguments, not one string")
             extra[backend] = tuple(str(arg) for arg in args)
         object.__setattr__(self, "extra_args", extra)
-        if self.endpoint_url is not None and not re.match(r"^https?://[^/\s]+", self.endpoint_url):
-            raise InvalidSpec(f"endpoint_url {self.endpoint_url!r} is not http(s)://host[:port]")
+        if self.endpoint_url is not None:
+            object.__setattr__(self, "endpoint_url", check_endpoint(self.endpoint_url))
 
     @property
     def bucket(self) -> str:
@@ -138,9 +109,12 @@ class MountSpec:
         known = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in known})
 
-    def identity(self) -> str:
-        """What two requests must agree on to share one mount (timeouts may differ)."""
+    def served(self) -> dict[str, Any]:
+        """The options that decide what the mount serves and how (no time bounds, no directory).
+
+        The endpoint and region are left out: the resolved ``S3Settings`` stand for them.
+        """
         data = self.to_dict()
-        for name in ("mount_timeout_s", "unmount_timeout_s", "probe_timeout_s", "busy_grace_s"):
+        for name in (*_BOUNDS, "mount_dir", "endpoint_url", "region"):
             data.pop(name)
-        return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+        return data

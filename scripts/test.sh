@@ -1,15 +1,23 @@
 #!/usr/bin/env bash
-# Sets everything up, then runs the whole test suite against a real local S3 and real FUSE mounts.
+# Sets everything up, then checks: lint, types, the fast unit layer, and the end-to-end suite
+# against a real local S3 and real FUSE mounts. Extra arguments go to the end-to-end pytest run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 .venv/bin/ruff check mountctl tests resnet.py examples
-set +e
-.venv/bin/python -m pytest -ra "$@"
-code=$?
-set -e
-if [ "$code" -eq 5 ]; then
-  echo "test.sh: pytest collected no tests; that is a failure" >&2
-  exit 1
-fi
-exit "$code"
+.venv/bin/mypy
+
+run_pytest() {
+  set +e
+  .venv/bin/python -m pytest "$@"
+  local code=$?
+  set -e
+  if [ "$code" -eq 5 ]; then
+    echo "test.sh: pytest collected no tests for: $*; that is a failure" >&2
+    return 1
+  fi
+  return "$code"
+}
+
+run_pytest -q -m unit -p no:cacheprovider
+run_pytest -ra -m "not unit" "$@"

@@ -21,12 +21,12 @@ import tempfile
 import time
 
 import mountctl
-from mountctl.s3env import resolve
-from mountctl.torch.benchmark.cells import loader_cell
-from mountctl.torch.benchmark.limits import copy_shards
-from mountctl.torch.benchmark.monitor import ResourceMonitor
-from mountctl.torch.manifest import load_manifest
-from mountctl.torch.sources import MountpointSource
+from mountctl import resolve
+from mountctl.pytorch.benchmark.cells import loader_cell
+from mountctl.pytorch.benchmark.limits import copy_shards
+from mountctl.pytorch.benchmark.monitor import ResourceMonitor
+from mountctl.pytorch.data.manifest import load_manifest
+from mountctl.pytorch.data.sources import MountpointSource
 
 VARIANTS: dict[str, tuple[str, tuple[str, ...]]] = {
     "rclone default": ("rclone", ()),
@@ -85,7 +85,7 @@ def main() -> None:
                     read_mb_s = read_all(m.path, names, args.readers)
                 source = MountpointSource(root=m.path, backend=backend, mount_pid=m.pid)
                 cell = loader_cell(manifest, source, num_workers=args.workers, batch_size=args.batch_size,
-                                   warmup_batches=3, daemon_pid=m.pid)
+                                   warmup_batches=3, program_pid=m.pid)
             rows.append({"variant": label, "read_mb_per_s": round(read_mb_s, 1),
                          "read_daemon_cpu_pct": monitor.usage.daemon_cpu_pct,
                          "read_daemon_peak_rss_mb": monitor.usage.daemon_peak_rss_mb,

@@ -24,6 +24,7 @@ os.environ["MOUNTCTL_HOME"] = _SESSION_HOME
 from mountctl.backends import BACKENDS  # noqa: E402
 from mountctl.local_s3 import LocalS3  # noqa: E402
 from mountctl.mounttable import read_mount_table  # noqa: E402
+from mountctl.s3 import client as s3_client  # noqa: E402
 
 
 def missing(reason: str) -> None:
@@ -38,6 +39,17 @@ def require_fuse() -> None:
         missing("/dev/fuse is not available")
     if shutil.which("fusermount3") is None:
         missing("fusermount3 is not installed (apt-get install fuse3)")
+
+
+@pytest.fixture(autouse=True)
+def _aws_environment_restored():
+    """The s3io route writes resolved settings into the process environment (s3torchconnector reads
+    only the standard chain): undo that after every test so one test's server never leaks into another."""
+    saved = {k: v for k, v in os.environ.items() if k.startswith("AWS_")}
+    yield
+    for name in [n for n in os.environ if n.startswith("AWS_")]:
+        del os.environ[name]
+    os.environ.update(saved)
 
 
 @pytest.fixture(scope="session")
@@ -69,7 +81,7 @@ def s3_env(local_s3, monkeypatch):
 
 @pytest.fixture
 def s3(s3_env):
-    return s3_env.boto3_client()
+    return s3_client(s3_env)
 
 
 def make_bucket(s3, name: str) -> str:
@@ -122,7 +134,7 @@ def mount_programs(*scopes: str) -> list[psutil.Process]:
             cmd = process.info["cmdline"] or []
         except psutil.Error:
             continue
-        if process.info["name"] in ("rclone", "s3fs", "mount-s3") or "mountctl.daemon" in cmd:
+        if process.info["name"] in ("rclone", "s3fs", "mount-s3") or "mountctl.shared.supervisor" in cmd:
             if any(scope in " ".join(cmd) for scope in scopes):
                 found.append(process)
     return found

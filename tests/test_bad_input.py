@@ -30,18 +30,18 @@ BOUND_S = 20
                                  "s3://bucket//x/", "s3://bucket/../x/", "https://bucket/x"])
 def test_malformed_uri_is_rejected_at_construction(uri, tmp_path):
     with pytest.raises(InvalidSpec, match="s3://"):
-        MountSpec(uri, str(tmp_path / "m"))
+        MountSpec(uri=uri, mount_dir=str(tmp_path / "m"))
 
 
 def test_unknown_backend_names_the_choices(tmp_path):
     with pytest.raises(InvalidSpec, match="choose one of auto, mount-s3, rclone, s3fs"):
-        MountSpec("s3://bucket/", str(tmp_path / "m"), backend="goofys")
+        MountSpec(uri="s3://bucket/", mount_dir=str(tmp_path / "m"), backend="goofys")
 
 
 def test_backend_not_on_path_says_how_to_install(s3_env, bucket, mount_root, monkeypatch):
     monkeypatch.setenv("PATH", "/nonexistent")
     with pytest.raises(BackendNotFound, match="apt-get install rclone"):
-        Mount(MountSpec(f"s3://{bucket}/", str(mount_root / "m"), backend="rclone")).start()
+        Mount(MountSpec(uri=f"s3://{bucket}/", mount_dir=str(mount_root / "m"), backend="rclone")).start()
 
 
 def _assert_fails_cleanly(spec: MountSpec, error: type, match: str) -> None:
@@ -55,21 +55,21 @@ def _assert_fails_cleanly(spec: MountSpec, error: type, match: str) -> None:
 
 @pytest.mark.parametrize("backend_name", ["rclone", "s3fs"])
 def test_missing_bucket(backend_name, s3_env, mount_root):
-    spec = MountSpec("s3://no-such-bucket-here/", str(mount_root / "m"), backend=backend_name)
+    spec = MountSpec(uri="s3://no-such-bucket-here/", mount_dir=str(mount_root / "m"), backend=backend_name)
     _assert_fails_cleanly(spec, BucketNotFound, "does not exist")
 
 
 @pytest.mark.parametrize("backend_name", ["rclone", "s3fs"])
 def test_wrong_credentials(backend_name, s3_env, bucket, mount_root, monkeypatch):
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "definitely-not-the-secret")
-    spec = MountSpec(f"s3://{bucket}/", str(mount_root / "m"), backend=backend_name)
+    spec = MountSpec(uri=f"s3://{bucket}/", mount_dir=str(mount_root / "m"), backend=backend_name)
     _assert_fails_cleanly(spec, CredentialsError, "AWS_ACCESS_KEY_ID")
 
 
 def test_wrong_credentials_message_does_not_leak_the_secret(s3_env, bucket, mount_root, monkeypatch):
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "wrong-secret-value-123")
     with pytest.raises(CredentialsError) as info:
-        Mount(MountSpec(f"s3://{bucket}/", str(mount_root / "m"), backend="rclone")).start()
+        Mount(MountSpec(uri=f"s3://{bucket}/", mount_dir=str(mount_root / "m"), backend="rclone")).start()
     assert "wrong-secret-value-123" not in str(info.value)
 
 
@@ -78,14 +78,14 @@ def test_unreachable_endpoint(s3_env, mount_root, monkeypatch):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # closed again: nothing listens there
     monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{port}")
-    spec = MountSpec("s3://some-bucket/", str(mount_root / "m"), backend="rclone")
+    spec = MountSpec(uri="s3://some-bucket/", mount_dir=str(mount_root / "m"), backend="rclone")
     _assert_fails_cleanly(spec, EndpointUnreachable, "mountctl local-s3 start")
 
 
 def test_mount_dir_that_is_a_file(s3_env, bucket, mount_root):
     target = mount_root / "file"
     target.write_text("x")
-    _assert_fails_cleanly(MountSpec(f"s3://{bucket}/", str(target), backend="rclone"), MountDirError,
+    _assert_fails_cleanly(MountSpec(uri=f"s3://{bucket}/", mount_dir=str(target), backend="rclone"), MountDirError,
                           "not a directory")
 
 
@@ -93,14 +93,14 @@ def test_mount_dir_not_empty(s3_env, bucket, mount_root):
     target = mount_root / "full"
     target.mkdir()
     (target / "keep.txt").write_text("mine")
-    _assert_fails_cleanly(MountSpec(f"s3://{bucket}/", str(target), backend="rclone"), MountDirError,
+    _assert_fails_cleanly(MountSpec(uri=f"s3://{bucket}/", mount_dir=str(target), backend="rclone"), MountDirError,
                           "not empty")
     assert (target / "keep.txt").read_text() == "mine"
 
 
 def test_mount_dir_already_mounted(s3_env, bucket, mount_root):
     require_fuse()
-    spec = MountSpec(f"s3://{bucket}/", str(mount_root / "m"), backend="rclone")
+    spec = MountSpec(uri=f"s3://{bucket}/", mount_dir=str(mount_root / "m"), backend="rclone")
     with Mount(spec):
         _assert_not_mounted_twice(spec.replace(backend="s3fs"))
         assert find_mount(spec.mount_dir) is not None, "the refused request must not touch the live mount"
@@ -115,10 +115,10 @@ def _assert_not_mounted_twice(spec: MountSpec) -> None:
 
 def test_mount_timeout_must_be_positive(tmp_path):
     with pytest.raises(InvalidSpec, match="positive"):
-        MountSpec("s3://bucket/", str(tmp_path), mount_timeout_s=0)
+        MountSpec(uri="s3://bucket/", mount_dir=str(tmp_path), mount_timeout_s=0)
 
 
 def test_relative_mount_dir_is_made_absolute(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    assert MountSpec("s3://bucket/p", "m").mount_dir == os.path.join(os.path.realpath(tmp_path), "m")
-    assert MountSpec("s3://bucket/p", "m").prefix == "p/"
+    assert MountSpec(uri="s3://bucket/p", mount_dir="m").mount_dir == os.path.join(os.path.realpath(tmp_path), "m")
+    assert MountSpec(uri="s3://bucket/p", mount_dir="m").prefix == "p/"

@@ -12,9 +12,10 @@ import json
 import pytest
 
 from mountctl.errors import InvalidSpec
-from mountctl.torch.benchmark import preset, run_sweep, write_report
-from mountctl.torch.benchmark.sweep import LOCAL, source_plan
-from mountctl.torch.cli import build_parser
+from mountctl.pytorch.benchmark import preset, run_sweep, write_report
+from mountctl.pytorch.benchmark.sweep import LOCAL, source_plan
+from mountctl.pytorch.cli import build_parser
+from mountctl.s3 import client as s3_client
 
 from conftest import require_fuse
 
@@ -27,7 +28,7 @@ def sweep(local_s3, tmp_path_factory):
     with pytest.MonkeyPatch.context() as patch:
         for name, value in local_s3.env().items():
             patch.setenv(name, value)  # the mount supervisor and the trainer resolve S3 from the environment
-        client = settings.boto3_client()
+        client = s3_client(settings)
         client.create_bucket(Bucket="bench-test")
         client.get_waiter("bucket_exists").wait(Bucket="bench-test", WaiterConfig={"Delay": 0.1, "MaxAttempts": 100})
         out = tmp_path_factory.mktemp("bench-results")

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from mountctl import paths
-from mountctl.torch.synthetic import sample_jpeg
+from mountctl.pytorch.data.synthetic import sample_jpeg
 
 from conftest import fuse_mounts_under, mount_programs, require_fuse
 from torch_support import make_tiny_dataset, run_example

@@ -22,6 +22,7 @@ import mountctl
 from mountctl import Mount, MountSpec, open_resilient
 from mountctl.local_s3 import LocalS3
 from mountctl.mounttable import find_mount
+from mountctl.s3 import client as s3_client
 
 from conftest import make_bucket, mount_programs, require_fuse
 
@@ -31,7 +32,7 @@ RESTART_SIZE = 100 * 1024 * 1024
 
 @pytest.fixture(scope="module")
 def big_object(local_s3):
-    s3 = local_s3.settings().boto3_client()
+    s3 = s3_client(local_s3.settings())
     bucket = make_bucket(s3, "faults")
     body = os.urandom(FILE_SIZE)
     s3.put_object(Bucket=bucket, Key="big.bin", Body=body)
@@ -58,7 +59,7 @@ def _read_rest(f, digest) -> int:
 
 def test_daemon_killed_during_read_is_remounted_and_reader_gets_every_byte(backend, s3_env, big_object, mount_root):
     bucket, expected = big_object
-    spec = MountSpec(f"s3://{bucket}/", str(mount_root / "m"), backend=backend)
+    spec = MountSpec(uri=f"s3://{bucket}/", mount_dir=str(mount_root / "m"), backend=backend)
     with Mount(spec, watchdog=True, watchdog_interval_s=0.5) as m:
         digest = hashlib.sha256()
         with open_resilient(os.path.join(m.path, "big.bin")) as f:
@@ -80,7 +81,7 @@ def test_daemon_killed_during_read_is_remounted_and_reader_gets_every_byte(backe
 
 def test_stopped_daemon_is_reported_unresponsive_within_bound_then_recovered(backend, s3_env, big_object, mount_root):
     bucket, _ = big_object
-    spec = MountSpec(f"s3://{bucket}/", str(mount_root / "m"), backend=backend, probe_timeout_s=2.0)
+    spec = MountSpec(uri=f"s3://{bucket}/", mount_dir=str(mount_root / "m"), backend=backend, probe_timeout_s=2.0)
     with Mount(spec) as m:
         os.kill(m.pid, signal.SIGSTOP)
         started = time.monotonic()
@@ -99,7 +100,7 @@ def test_stopped_daemon_is_reported_unresponsive_within_bound_then_recovered(bac
 def test_watchdog_recovers_a_stopped_daemon_by_itself(s3_env, big_object, mount_root):
     require_fuse()
     bucket, _ = big_object
-    spec = MountSpec(f"s3://{bucket}/", str(mount_root / "m"), backend="rclone", probe_timeout_s=1.0)
+    spec = MountSpec(uri=f"s3://{bucket}/", mount_dir=str(mount_root / "m"), backend="rclone", probe_timeout_s=1.0)
     with Mount(spec, watchdog=True, watchdog_interval_s=0.5) as m:
         stopped = m.pid
         os.kill(stopped, signal.SIGSTOP)
@@ -113,8 +114,8 @@ def test_watchdog_recovers_a_stopped_daemon_by_itself(s3_env, big_object, mount_
 def test_status_answers_within_bound_when_daemon_is_stopped(s3_env, big_object, mount_root):
     require_fuse()
     bucket, _ = big_object
-    spec = MountSpec(f"s3://{bucket}/", str(mount_root / "m"), backend="rclone")
-    handle = mountctl.api.acquire(spec, watchdog=False)
+    spec = MountSpec(uri=f"s3://{bucket}/", mount_dir=str(mount_root / "m"), backend="rclone")
+    handle = mountctl.shared.acquire(spec, watchdog=False)
     try:
         os.kill(handle.pid, signal.SIGSTOP)
         started = time.monotonic()
@@ -155,8 +156,8 @@ def test_reads_resume_after_s3_server_restart(backend, tmp_path, mount_root, mon
         for name, value in server.env().items():
             monkeypatch.setenv(name, value)
         body = os.urandom(RESTART_SIZE)  # past rclone's first 64 MiB read chunk: the rest needs the server
-        server.settings().boto3_client().put_object(Bucket="restart", Key="big.bin", Body=body)
-        spec = MountSpec("s3://restart/", str(mount_root / "m"), backend=backend)
+        s3_client(server.settings()).put_object(Bucket="restart", Key="big.bin", Body=body)
+        spec = MountSpec(uri="s3://restart/", mount_dir=str(mount_root / "m"), backend=backend)
         with Mount(spec, watchdog=True, watchdog_interval_s=1.0) as m:
             reader = subprocess.Popen([sys.executable, "-c", READER, os.path.join(m.path, "big.bin")],
                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
@@ -226,7 +227,7 @@ def test_owner_sigkill_leaves_nothing_after_next_start(shared, s3_env, big_objec
     owner.wait(timeout=5)
     # The kernel's parent-death signal (own) or the supervisor's holder check (shared) stops the daemon.
     took = _wait_for(lambda: _gone(daemon), 10, "daemon exit after the owner's SIGKILL")
-    spec = MountSpec(f"s3://{big_object[0]}/", directory, backend="rclone")
+    spec = MountSpec(uri=f"s3://{big_object[0]}/", mount_dir=directory, backend="rclone")
     with Mount(spec) as again:  # the next start clears whatever is left
         with open(os.path.join(again.path, "k.txt"), "rb") as f:
             assert f.read() == b"shared"
@@ -266,7 +267,7 @@ def test_eight_processes_share_one_daemon_and_the_last_unmounts(s3_env, big_obje
 
 def test_busy_mount_is_detached_lazily_after_the_grace_period(s3_env, big_object, mount_root, caplog):
     require_fuse()
-    spec = MountSpec(f"s3://{big_object[0]}/", str(mount_root / "m"), backend="rclone", busy_grace_s=1.0)
+    spec = MountSpec(uri=f"s3://{big_object[0]}/", mount_dir=str(mount_root / "m"), backend="rclone", busy_grace_s=1.0)
     m = Mount(spec).start()
     busy = open(os.path.join(m.path, "k.txt"), "rb")
     try:
@@ -285,11 +286,11 @@ def test_busy_mount_is_detached_lazily_after_the_grace_period(s3_env, big_object
 def test_no_secret_in_command_lines_logs_status_or_files(backend, s3_env, big_object, mount_root):
     secret = s3_env.secret_access_key
     directory = str(mount_root / "m")
-    spec = MountSpec(f"s3://{big_object[0]}/", directory, backend=backend)
-    handle = mountctl.api.acquire(spec)
+    spec = MountSpec(uri=f"s3://{big_object[0]}/", mount_dir=directory, backend=backend)
+    handle = mountctl.shared.acquire(spec)
     try:
         record = handle.record()
-        for pid in (handle.pid, record["supervisor"]["pid"]):
+        for pid in (handle.pid, record.supervisor["pid"]):
             with open(f"/proc/{pid}/cmdline", "rb") as f:
                 assert secret.encode() not in f.read()
         workdir = os.path.dirname(os.path.dirname(handle.log_path))
@@ -324,7 +325,7 @@ def test_no_shell_true_anywhere():
 
 CRASHER = textwrap.dedent("""
     import os, signal, sys, mountctl
-    m = mountctl.Mount(mountctl.MountSpec(sys.argv[1], sys.argv[2], backend="rclone")).start()
+    m = mountctl.Mount(mountctl.MountSpec(uri=sys.argv[1], mount_dir=sys.argv[2], backend="rclone")).start()
     os.kill(m.pid, signal.SIGKILL)   # the daemon dies ...
     m._child.wait()
     os._exit(0)                      # ... and so does its owner, without any cleanup
@@ -344,7 +345,7 @@ def test_stale_mount_at_target_is_cleared_before_mounting(s3_env, big_object, mo
     require_fuse()
     directory = str(mount_root / "m")
     _leave_a_dead_mount(f"s3://{big_object[0]}/", directory)
-    with Mount(MountSpec(f"s3://{big_object[0]}/", directory, backend="s3fs")) as m:
+    with Mount(MountSpec(uri=f"s3://{big_object[0]}/", mount_dir=directory, backend="s3fs")) as m:
         assert sorted(os.listdir(m.path)) == ["big.bin", "k.txt"]
     assert find_mount(directory) is None
 
@@ -363,8 +364,8 @@ def test_cleanup_command_clears_stale_mounts_and_scratch_dirs(s3_env, big_object
 
 def test_own_mount_over_a_managed_directory_is_refused_naming_the_owner(s3_env, big_object, mount_root):
     require_fuse()
-    spec = MountSpec(f"s3://{big_object[0]}/", str(mount_root / "m"), backend="rclone")
-    with mountctl.api.acquire(spec):
+    spec = MountSpec(uri=f"s3://{big_object[0]}/", mount_dir=str(mount_root / "m"), backend="rclone")
+    with mountctl.shared.acquire(spec):
         with pytest.raises(mountctl.AlreadyMounted, match="managed by mountctl for s3://faults/"):
             Mount(spec).start()
 
@@ -372,9 +373,9 @@ def test_own_mount_over_a_managed_directory_is_refused_naming_the_owner(s3_env, 
 def test_supervisor_sigkill_is_reported_and_the_next_mount_takes_over(s3_env, big_object, mount_root):
     require_fuse()
     directory = str(mount_root / "m")
-    spec = MountSpec(f"s3://{big_object[0]}/", directory, backend="rclone")
-    first = mountctl.api.acquire(spec, pinned=True)  # as `mountctl mount` does: no holder process
-    supervisor, daemon = first.record()["supervisor"]["pid"], first.pid
+    spec = MountSpec(uri=f"s3://{big_object[0]}/", mount_dir=directory, backend="rclone")
+    first = mountctl.shared.acquire(spec, pinned=True)  # as `mountctl mount` does: no holder process
+    supervisor, daemon = first.record().supervisor["pid"], first.pid
     os.kill(supervisor, signal.SIGKILL)
     took = _wait_for(lambda: _gone(daemon), 10, "the mount program's exit after its supervisor's SIGKILL")
     status = json.loads(subprocess.run([sys.executable, "-m", "mountctl", "status", "--json"], capture_output=True,

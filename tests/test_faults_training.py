@@ -6,11 +6,11 @@ import os
 import signal
 import time
 
-from mountctl.registry import Registry
-from mountctl.s3env import resolve
-from mountctl.torch.dataset import EpochLoader, ShardDataset
-from mountctl.torch.manifest import load_manifest
-from mountctl.torch.sources import open_source
+from mountctl import resolve
+from mountctl.pytorch.data.dataset import EpochLoader, ShardDataset
+from mountctl.pytorch.data.manifest import load_manifest
+from mountctl.pytorch.data.sources import open_source
+from mountctl.shared import Registry
 
 from conftest import require_fuse
 from torch_support import make_tiny_dataset
@@ -39,7 +39,7 @@ def test_epoch_survives_daemon_kill_with_every_sample_exactly_once(s3_env, bucke
         record = Registry().read(directory)
         print(f"\n[kill -9 mid-epoch] samples expected {IMAGES} delivered {len(seen)} distinct {len(set(seen))}; "
               f"epoch took {time.monotonic() - started:.2f}s ({time.monotonic() - killed:.2f}s after the kill); "
-              f"remounts {record['restarts']}")
-        assert record["restarts"] >= 1, "the watchdog should have remounted the killed daemon"
+              f"remounts {record.restarts}")
+        assert record.restarts >= 1, "the watchdog should have remounted the killed daemon"
     assert len(seen) == IMAGES
     assert sorted(seen) == sorted(range(manifest.shards[0].first_index, manifest.shards[0].first_index + IMAGES))

@@ -12,6 +12,7 @@ import pytest
 import mountctl
 from mountctl import Mount, MountSpec
 from mountctl.mounttable import find_mount
+from mountctl.s3 import client as s3_client
 
 from conftest import make_bucket, require_fuse
 
@@ -22,7 +23,7 @@ SMALL_COUNT = 1000
 @pytest.fixture(scope="module")
 def dataset(local_s3):
     """A bucket with one 100 MB object and 1,000 small ones, shared by the backends."""
-    s3 = local_s3.settings().boto3_client()
+    s3 = s3_client(local_s3.settings())
     bucket = make_bucket(s3, "dataset-backends")
     big = os.urandom(BIG_SIZE)
     s3.put_object(Bucket=bucket, Key="data/big.bin", Body=big)
@@ -41,7 +42,7 @@ def _sha256_of_file(path: str) -> str:
 
 
 def test_mount_serves_the_same_bytes_as_direct_gets(backend, dataset, s3, mount_root):
-    spec = MountSpec(f"s3://{dataset['bucket']}/data/", str(mount_root / "m"), backend=backend)
+    spec = MountSpec(uri=f"s3://{dataset['bucket']}/data/", mount_dir=str(mount_root / "m"), backend=backend)
     with Mount(spec) as m:
         assert m.backend == backend
         assert sorted(os.listdir(m.path)) == ["big.bin", "small"]
@@ -66,7 +67,7 @@ def test_mount_serves_the_same_bytes_as_direct_gets(backend, dataset, s3, mount_
 
 def test_mount_is_read_only_by_default(backend, bucket, s3, mount_root):
     s3.put_object(Bucket=bucket, Key="a.txt", Body=b"a")
-    with Mount(MountSpec(f"s3://{bucket}/", str(mount_root / "m"), backend=backend)) as m:
+    with Mount(MountSpec(uri=f"s3://{bucket}/", mount_dir=str(mount_root / "m"), backend=backend)) as m:
         with pytest.raises(OSError):
             with open(os.path.join(m.path, "new.txt"), "wb") as f:
                 f.write(b"x")
@@ -88,7 +89,7 @@ def test_shared_mount_context_manager_reads_prefix_and_cleans_up(backend, bucket
 def test_mount_path_with_spaces_is_found_in_mount_table(bucket, s3, mount_root):
     require_fuse()
     s3.put_object(Bucket=bucket, Key="k", Body=b"v")
-    with Mount(MountSpec(f"s3://{bucket}/", str(mount_root / "with space\tand tab"), backend="rclone")) as m:
+    with Mount(MountSpec(uri=f"s3://{bucket}/", mount_dir=str(mount_root / "with space\tand tab"), backend="rclone")) as m:
         entry = find_mount(m.path)
         assert entry is not None and entry.fs_type == "fuse.rclone"
 
@@ -110,7 +111,7 @@ def test_auto_backend_prefers_mount_s3_then_rclone(monkeypatch, tmp_path):
 
 def test_mount_start_takes_seconds_not_minutes(backend, bucket, mount_root):
     started = time.monotonic()
-    with Mount(MountSpec(f"s3://{bucket}/", str(mount_root / "m"), backend=backend)):
+    with Mount(MountSpec(uri=f"s3://{bucket}/", mount_dir=str(mount_root / "m"), backend=backend)):
         elapsed = time.monotonic() - started
     assert elapsed < 15
 
@@ -118,7 +119,7 @@ def test_mount_start_takes_seconds_not_minutes(backend, bucket, mount_root):
 def test_a_stopped_mount_can_be_started_again(bucket, s3, mount_root):
     require_fuse()
     s3.put_object(Bucket=bucket, Key="k", Body=b"v")
-    m = Mount(MountSpec(f"s3://{bucket}/", str(mount_root / "m"), backend="rclone"), watchdog=True)
+    m = Mount(MountSpec(uri=f"s3://{bucket}/", mount_dir=str(mount_root / "m"), backend="rclone"), watchdog=True)
     for _ in range(2):
         with m:
             with open(os.path.join(m.path, "k"), "rb") as f:

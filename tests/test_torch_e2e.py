@@ -18,15 +18,15 @@ import time
 import pytest
 
 from mountctl.errors import InvalidSpec
-from mountctl.torch.bench import BenchConfig, bench_loader
-from mountctl.torch.cli import main
-from mountctl.torch.dataset import ShardDataset
-from mountctl.torch.errors import TruncatedShard
-from mountctl.torch.manifest import MANIFEST_NAME, load_manifest
-from mountctl.torch.shards import decode, read_shard
-from mountctl.torch.sources import SOURCE_KINDS, open_source
-from mountctl.torch.synthetic import sample_jpeg
-from mountctl.torch.trainer import TrainConfig
+from mountctl.pytorch.benchmark.loader import BenchConfig, bench_loader
+from mountctl.pytorch.cli import main
+from mountctl.pytorch.data.dataset import ShardDataset
+from mountctl.pytorch.data.manifest import MANIFEST_NAME, load_manifest
+from mountctl.pytorch.data.shards import decode, read_shard
+from mountctl.pytorch.data.sources import SOURCE_KINDS, open_source
+from mountctl.pytorch.data.synthetic import sample_jpeg
+from mountctl.pytorch.errors import TruncatedShard
+from mountctl.pytorch.training.trainer import TrainConfig
 
 from conftest import fuse_mounts_under, mount_programs, require_fuse
 from torch_support import last_json_line, make_tiny_dataset, run_cli

@@ -1,0 +1,382 @@
+"""``Mount``: one mount program run as a supervised child, from start to stop.
+
+Start: check the directory, ask S3 whether the bucket is reachable, start the
+program in the foreground in its own process group, and declare it ready only
+when the mount table shows its entry at the right path and a bounded probe
+through the mount succeeds.  Stop: unmount (lazily after a grace period if
+busy), stop the child, remove what was created.  Health, the watchdog and the
+scratch directory each live in a module of their own.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from . import scratch
+from .backends import Backend, choose_backend
+from .errors import AlreadyMounted, MountDirError, MountFailed, MountTimeout, StaleMount
+from .fusectl import force_clear, unmount
+from .health import Health, mount_health
+from .logs import tail
+from .mounttable import find_mount
+from .probe import probe_path
+from .redaction import redact
+from .s3 import S3Settings, check_bucket_access, resolve
+from .spec import MountSpec
+from .teardown import spawn_with_parent_death_signal, track, untrack
+from .watchdog import Watchdog
+
+__all__ = ["Mount", "DirectoryGuard", "check_mount_dir", "set_default_guard"]
+
+log = logging.getLogger("mountctl")
+
+
+class DirectoryGuard(Protocol):
+    """Who else may own a mount directory (the node-shared layer answers for its supervisors)."""
+
+    def refuse_if_owned(self, spec: MountSpec) -> None: ...
+
+    def describe_owner(self, path: str) -> str: ...
+
+
+_default_guard: DirectoryGuard | None = None
+
+
+def set_default_guard(guard: DirectoryGuard | None) -> None:
+    """Installed by ``mountctl.shared`` so an in-process Mount never takes a directory a supervisor manages."""
+    global _default_guard
+    _default_guard = guard
+
+
+def check_mount_dir(spec: MountSpec, guard: DirectoryGuard | None = None) -> bool:
+    """Make the mount directory usable; return True when mountctl created it.
+
+    A dead mount left by a crashed daemon is cleared; a live one is refused.
+    """
+    path = spec.mount_dir
+    if guard is not None:
+        guard.refuse_if_owned(spec)
+    entry = find_mount(path)
+    if entry is not None:
+        probe = probe_path(path, spec.probe_timeout_s, list_dir=False)
+        if probe.ok:
+            owner = guard.describe_owner(path) if guard is not None else ""
+            raise AlreadyMounted(
+                f"{path} is already mounted ({entry.fs_type} from {entry.source}{owner}); "
+                f"unmount it first (`mountctl unmount {path}`) or choose another directory", mount_dir=path)
+        log.warning("clearing stale mount at %s (%s): %s", path, entry.fs_type, probe.error)
+        result = force_clear(path)
+        if not result.ok:
+            raise StaleMount(
+                f"a dead mount at {path} ({probe.error}) could not be cleared: {result.message}; "
+                f"run `fusermount3 -uz {path}` or `umount -l {path}` as its owner", mount_dir=path)
+    if os.path.lexists(path):
+        if not os.path.isdir(path):
+            raise MountDirError(f"mount directory {path} exists and is not a directory; remove it or choose another",
+                                mount_dir=path)
+        try:
+            if any(os.scandir(path)):
+                raise MountDirError(f"mount directory {path} is not empty; mounting would hide its files: "
+                                    "choose an empty or new directory", mount_dir=path)
+        except PermissionError:
+            raise MountDirError(f"mount directory {path} is not readable by this user", mount_dir=path) from None
+        return False
+    try:
+        os.makedirs(path, mode=0o755)
+    except OSError as exc:
+        raise MountDirError(f"cannot create mount directory {path}: {exc.strerror}", mount_dir=path) from None
+    return True
+
+
+_UNSET: Any = object()
+
+
+class Mount:
+    """One supervised FUSE mount of ``spec``; use as a context manager or call start/stop."""
+
+    def __init__(
+        self,
+        spec: MountSpec,
+        *,
+        settings: S3Settings | None = None,
+        watchdog: bool = False,
+        watchdog_interval_s: float = 5.0,
+        max_restarts: int = 10,
+        preflight: bool = True,
+        on_event: Callable[[dict[str, Any]], None] | None = None,
+        guard: DirectoryGuard | None = _UNSET,
+    ) -> None:
+        self.spec = spec
+        self._settings = settings
+        self._backend: Backend | None = None
+        self._child: subprocess.Popen[bytes] | None = None
+        self._workdir: str | None = None
+        self._created_dir = False
+        self._preflight = preflight
+        self._watchdog_enabled = watchdog
+        self._watchdog_interval_s = watchdog_interval_s
+        self._max_restarts = max_restarts
+        self._watchdog: Watchdog | None = None
+        self._stopping = threading.Event()
+        self._lock = threading.RLock()
+        self._on_event = on_event
+        self._guard = _default_guard if guard is _UNSET else guard
+        self.restarts = 0
+        self.events: list[dict[str, Any]] = []
+        self.started_at: float | None = None
+        self._owner_pid = os.getpid()
+
+    # -- public attributes ------------------------------------------------------------
+
+    @property
+    def path(self) -> str:
+        return self.spec.mount_dir
+
+    @property
+    def pid(self) -> int | None:
+        return self._child.pid if self._child else None
+
+    @property
+    def backend(self) -> str:
+        return self._backend.name if self._backend else self.spec.backend
+
+    @property
+    def log_path(self) -> str | None:
+        return os.path.join(scratch.log_dir(self._workdir), "mount.log") if self._workdir else None
+
+    @property
+    def last_error(self) -> str:
+        return self._watchdog.last_error if self._watchdog is not None else ""
+
+    @property
+    def settings(self) -> S3Settings:
+        if self._settings is None:
+            self._settings = resolve(endpoint_url=self.spec.endpoint_url, region=self.spec.region)
+        return self._settings
+
+    def __enter__(self) -> Mount:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        return f"Mount({self.spec.uri!r} at {self.path!r}, backend={self.backend!r}, pid={self.pid})"
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    def start(self) -> Mount:
+        with self._lock:
+            if self._child is not None:
+                return self
+            self._stopping.clear()
+            self.started_at = None
+            self._backend = choose_backend(self.spec.backend)
+            scratch.sweep_abandoned_workdirs()
+            log.info("mounting %s at %s with %s", self.spec.uri, self.path, self._backend.name)
+            self._created_dir = check_mount_dir(self.spec, self._guard)
+            try:
+                if self._preflight:
+                    check_bucket_access(self.settings, self.spec.bucket, self.spec.prefix,
+                                        timeout_s=min(10.0, self.spec.mount_timeout_s))
+                self._workdir = scratch.make_workdir(self.path)
+                self._spawn_and_wait()
+            except BaseException:
+                self._cleanup_files()
+                raise
+            self.started_at = time.time()
+            track(self)
+            self.report("mounted", f"{self._backend.name} pid {self.pid}")
+            if self._watchdog_enabled:
+                self._watchdog = Watchdog(self, interval_s=self._watchdog_interval_s, max_restarts=self._max_restarts,
+                                          name=f"mountctl-watchdog:{self.path}")
+                self._watchdog.start()
+            return self
+
+    def stop(self) -> None:
+        """Unmount and stop the child; safe to call twice and after a failed start."""
+        if os.getpid() != self._owner_pid:
+            return  # a forked copy of this object (DataLoader worker) does not own the mount
+        self._stopping.set()
+        if self._watchdog is not None:
+            self._watchdog.stop(timeout_s=self.spec.mount_timeout_s + 5)
+        with self._lock:
+            if self._child is None and self._workdir is None:
+                return
+            failures: list[BaseException] = []
+            for step in (self._unmount_politely, self._stop_child):
+                try:
+                    step()
+                except Exception as exc:  # the other steps must still run: nothing may outlive us
+                    log.warning("stopping %s: %s failed: %r", self.path, step.__name__, exc)
+                    failures.append(exc)
+            if find_mount(self.path) is not None:
+                force_clear(self.path)
+            self.report("unmounted", "")
+            self._cleanup_files()
+            untrack(self)
+            if failures:
+                raise failures[0]
+
+    def health(self, timeout_s: float | None = None) -> Health:
+        """Bounded: answers within ``timeout_s`` (default: spec.probe_timeout_s) even if the mount hangs."""
+        bound = self.spec.probe_timeout_s if timeout_s is None else timeout_s
+        return mount_health(self.path, self._backend, self._child, bound)
+
+    def recover(self) -> None:
+        """Clear a dead or wedged mount and mount the same spec at the same path again."""
+        with self._lock:
+            if self._stopping.is_set():
+                return
+            started = time.monotonic()
+            self._kill_child()
+            if find_mount(self.path) is not None:
+                result = force_clear(self.path)
+                if not result.ok:
+                    raise StaleMount(f"could not clear {self.path}: {result.message}", mount_dir=self.path)
+            self.restarts += 1
+            self._spawn_and_wait()
+            self.report("remounted", f"after {time.monotonic() - started:.2f}s, pid {self.pid}")
+
+    def report(self, kind: str, detail: str) -> None:
+        """Record an event and hand it to the listener (the shared supervisor publishes it)."""
+        event = {"time": time.time(), "event": kind, "detail": redact(detail), "restarts": self.restarts,
+                 "pid": self.pid}
+        with self._lock:
+            self.events.append(event)
+        log.info("%s %s: %s", self.path, kind, event["detail"])
+        if self._on_event is not None:
+            try:
+                self._on_event(event)
+            except Exception:  # a broken listener must not take the mount down
+                log.exception("event listener failed")
+
+    # -- internals ----------------------------------------------------------------------
+
+    def _spawn_and_wait(self) -> None:
+        assert self._backend is not None and self._workdir is not None
+        backend, spec = self._backend, self.spec
+        argv = backend.command(spec, self.settings, self._workdir)
+        env = backend.environment(spec, self.settings, self._workdir)
+        log_path = self.log_path
+        assert log_path is not None
+        with open(log_path, "ab") as log_file:
+            log_file.write(f"--- {time.strftime('%Y-%m-%dT%H:%M:%S')} starting {redact(' '.join(argv))}\n".encode())
+            log_file.flush()
+            # The kernel stops the program when this process dies, even by SIGKILL.
+            self._child = spawn_with_parent_death_signal(
+                argv, env=env, stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT,
+                start_new_session=True, close_fds=True,
+            )
+        try:
+            self._wait_until_mounted()
+        except BaseException:
+            self._stop_child()
+            force_clear(self.path)
+            raise
+
+    def _failure_attrs(self) -> dict[str, Any]:
+        return {"program": self._backend.program if self._backend else None, "log_path": self.log_path,
+                "mount_dir": self.path}
+
+    def _wait_until_mounted(self) -> None:
+        assert self._backend is not None and self._child is not None
+        deadline = time.monotonic() + self.spec.mount_timeout_s
+        last = "the mount never appeared in /proc/self/mountinfo"
+        while True:
+            if self._stopping.is_set() and self.started_at is not None:
+                raise MountFailed(f"stop() was called while remounting {self.path}", **self._failure_attrs())
+            code = self._child.poll()
+            if code is not None:
+                raise MountFailed(
+                    f"{self._backend.program} exited with status {code} before {self.path} was ready: "
+                    f"{self._log_tail() or 'it printed nothing'} (full log: {self.log_path})", **self._failure_attrs())
+            entry = find_mount(self.path)
+            if entry is not None and self._backend.owns(entry):
+                remaining = deadline - time.monotonic()
+                probe = probe_path(self.path, max(0.1, min(remaining, self.spec.probe_timeout_s * 2)))
+                if probe.ok:
+                    return
+                last = f"mounted, but reading it failed: {probe.error}"
+            if time.monotonic() >= deadline:
+                raise MountTimeout(
+                    f"{self._backend.name} did not mount {self.spec.uri} at {self.path} within "
+                    f"{self.spec.mount_timeout_s:g}s ({last}); its log says: {self._log_tail() or 'nothing'}; "
+                    "raise mount_timeout_s if the store is slow", timeout_s=self.spec.mount_timeout_s,
+                    **self._failure_attrs())
+            time.sleep(0.05)
+
+    def _log_tail(self, lines: int = 6) -> str:
+        return tail(scratch.log_files(self._workdir), lines) if self._workdir else ""
+
+    def _unmount_politely(self) -> None:
+        if find_mount(self.path) is None:
+            return
+        deadline = time.monotonic() + self.spec.busy_grace_s
+        while True:
+            result = unmount(self.path, timeout_s=self.spec.unmount_timeout_s)
+            if result.ok:
+                return
+            if not result.busy or time.monotonic() >= deadline:
+                break
+            time.sleep(0.1)
+        log.warning("%s is still busy after %gs (%s): detaching it lazily", self.path,
+                    self.spec.busy_grace_s, result.message)
+        force_clear(self.path)
+
+    def _stop_child(self) -> None:
+        """SIGTERM the program's group; SIGKILL it if it ignores that. Never waits without a bound."""
+        child = self._child
+        if child is None or child.poll() is not None:
+            self._child = None
+            return
+        try:
+            os.killpg(child.pid, signal.SIGCONT)  # a stopped daemon cannot handle SIGTERM
+            os.killpg(child.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            self._child = None
+            return
+        try:
+            child.wait(timeout=self.spec.unmount_timeout_s)
+            self._child = None
+        except subprocess.TimeoutExpired:
+            log.warning("%s (pid %d) ignored SIGTERM for %gs: killing it", self.backend, child.pid,
+                        self.spec.unmount_timeout_s)
+            self._kill_child()
+
+    def _kill_child(self) -> None:
+        child, self._child = self._child, None
+        if child is None or child.poll() is not None:
+            return
+        try:
+            os.killpg(child.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            return
+        try:
+            child.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            # Stuck in the kernel (a FUSE request to itself, say): aborting the connection frees it.
+            entry = find_mount(self.path)
+            log.warning("%s (pid %d) did not exit within 5s of SIGKILL; aborting its FUSE connection",
+                        self.backend, child.pid)
+            if entry is not None:
+                force_clear(self.path)
+
+    def _cleanup_files(self) -> None:
+        workdir, self._workdir = self._workdir, None
+        if workdir:
+            scratch.remove_workdir(workdir)
+        if self._created_dir and find_mount(self.path) is None:
+            try:
+                os.rmdir(self.path)
+            except OSError:
+                pass
+            self._created_dir = False

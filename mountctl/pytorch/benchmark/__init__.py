@@ -1,0 +1,14 @@
+"""``resnet.py bench``: every source kind side by side with the limits, measured in one run.
+
+``config`` (the sweep), ``limits`` (local disk, raw GET), ``monitor`` (CPU and
+RSS), ``cells`` (one measurement each), ``sweep`` (runs them), ``report``
+(JSON, Markdown, PNG), ``command`` (the command line's part).
+"""
+
+from __future__ import annotations
+
+from mountctl.pytorch.benchmark.config import DatasetSpec, SweepConfig, preset
+from mountctl.pytorch.benchmark.report import markdown, write_report
+from mountctl.pytorch.benchmark.sweep import run_sweep
+
+__all__ = ["DatasetSpec", "SweepConfig", "preset", "run_sweep", "write_report", "markdown"]

@@ -1,0 +1,140 @@
+"""One function per kind of cell: each measures one thing and returns one JSON-able dict.
+
+Loader cells read and decode through ``ShardDataset`` (the training data path,
+no model); training cells go through ``trainer.train`` itself; the ceiling
+cell trains the same model on batches that already sit on the accelerator.
+Rates leave the warm-up batches out (``rates.rate_after_warmup``).
+"""
+
+from __future__ import annotations
+
+import io
+import time
+from typing import Any
+
+from mountctl import S3Settings
+from mountctl.pytorch.benchmark.monitor import ResourceMonitor
+from mountctl.pytorch.data.manifest import Manifest
+from mountctl.pytorch.training.rates import rate_after_warmup
+
+__all__ = ["loader_cell", "first_sample_cell", "train_cell", "ceiling_cell", "BATCH_TIMEOUT_S"]
+
+BATCH_TIMEOUT_S = 300.0  # a bound on any one batch: a wedged source fails the cell instead of hanging the run
+
+
+def _per_sample_mb(manifest: Manifest) -> float:
+    return manifest.total_bytes / manifest.num_images / 1e6
+
+
+def loader_cell(manifest: Manifest, source: Any, *, num_workers: int, batch_size: int, warmup_batches: int,
+                shuffle_buffer: int = 256, program_pid: int | None = None, seed: int = 0) -> dict[str, Any]:
+    """One epoch of decoded batches as fast as the DataLoader delivers them.
+
+    The shuffle buffer is kept small: a buffer as large as a worker's share would
+    read everything during the warm-up batches and leave only decoding measured.
+    """
+    import warnings
+
+    from mountctl.pytorch.data.dataset import EpochLoader, ShardDataset
+
+    # More workers than cores is a point of the sweep, not a mistake.
+    warnings.filterwarnings("ignore", message=r".*suggested max number of worker.*")
+    dataset = ShardDataset(manifest, source, batch_size=batch_size, seed=seed, shuffle_buffer=shuffle_buffer)
+    extra = {"timeout": BATCH_TIMEOUT_S, "prefetch_factor": 2} if num_workers else {}
+    loader = EpochLoader(dataset, epoch_fn=lambda: 0, num_workers=num_workers, **extra)
+    with ResourceMonitor(program_pid) as monitor:
+        marks, sizes = [time.perf_counter()], []
+        for batch in loader:
+            marks.append(time.perf_counter())
+            sizes.append(len(batch["index"]))
+    rate = rate_after_warmup(marks, sizes, warmup_batches)
+    if sum(sizes) != manifest.num_images:
+        from mountctl.pytorch.errors import DatasetError
+
+        raise DatasetError(f"the loader delivered {sum(sizes)} samples of {manifest.num_images}")
+    samples_per_s = rate.images_per_s or 0.0
+    whole = sum(sizes) / (marks[-1] - marks[0])  # worker start-up and first reads included
+    return {"samples_per_s": samples_per_s, "mb_per_s": round(samples_per_s * _per_sample_mb(manifest), 2),
+            "epoch_samples_per_s": round(whole, 2), "images": sum(sizes), "batches": len(sizes),
+            "warmup_batches": rate.warmup_batches, "shuffle_buffer": shuffle_buffer,
+            **monitor.usage.to_dict()}
+
+
+def first_sample_cell(manifest: Manifest, source: Any) -> dict[str, Any]:
+    """Seconds from opening the first shard to its first decoded sample, in this process."""
+    import PIL.Image  # noqa: F401  imported before the clock starts: the first source must not pay for it
+    import webdataset.tariterators  # noqa: F401
+
+    from mountctl.pytorch.data.shards import decode, read_shard
+
+    shard = manifest.shards[0]
+    started = time.perf_counter()
+    opened = source.open_shards([shard.name])
+    name, stream = next(opened)
+    sample = next(read_shard(name, stream, first_index=shard.first_index, start=0, stop=1,
+                             expected=shard.samples))
+    decode(sample, manifest.image_size)
+    seconds = time.perf_counter() - started
+    opened.close()
+    return {"first_sample_s": round(seconds, 4)}
+
+
+def _quiet_lightning() -> None:
+    import logging
+    import warnings
+
+    # One Trainer per cell: its banner and tips would bury the progress bar.
+    logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)
+    warnings.filterwarnings("ignore", message=r".*LeafSpec.*is deprecated.*")
+
+
+def train_cell(uri: str, settings: S3Settings, *, kind: str, backend: str, batch_size: int, num_workers: int,
+               warmup_steps: int, accelerator: str, precision: str, program_pid: int | None = None,
+               seed: int = 0) -> dict[str, Any]:
+    """ResNet-50 for one epoch of the training dataset through ``trainer.train``, as ``resnet.py train``."""
+    from mountctl.pytorch.training.trainer import TrainConfig, train
+
+    _quiet_lightning()
+    config = TrainConfig(uri=uri, source_kind=kind, backend=backend, batch_size=batch_size, max_epochs=1,
+                         num_workers=num_workers, precision=precision, accelerator=accelerator, devices="1",
+                         warmup_batches=warmup_steps, progress=False, seed=seed)
+    with ResourceMonitor(program_pid) as monitor:
+        summary = train(config, settings=settings, out=io.StringIO())
+    epoch = summary["epochs"][0]
+    return {"samples_per_s": epoch["images_per_s"] or 0.0, "images": epoch["images"], "batches": epoch["batches"],
+            "warmup_batches": epoch["warmup_batches"], "precision": summary["precision"],
+            "device": summary["accelerator"], **monitor.usage.to_dict()}
+
+
+def ceiling_cell(manifest: Manifest, *, batch_size: int, steps: int, warmup_steps: int, accelerator: str,
+                 precision: str) -> dict[str, Any]:
+    """The same model and Trainer on synthetic batches already on the device: the compute limit."""
+    import lightning
+    import torch
+
+    from mountctl.pytorch.training.model import ResNetClassifier
+    from mountctl.pytorch.training.throughput import ThroughputMonitor
+    from mountctl.pytorch.training.trainer import _quiet_known_warnings
+
+    _quiet_known_warnings()
+    _quiet_lightning()
+    device = torch.device("cuda" if accelerator == "gpu" else "cpu")
+    size, total = manifest.image_size, steps + warmup_steps
+    generator = torch.Generator().manual_seed(0)
+    images = torch.randint(0, 256, (batch_size, 3, size, size), dtype=torch.uint8, generator=generator).to(device)
+    labels = torch.randint(0, manifest.num_classes, (batch_size,), generator=generator).to(device)
+    batches = [{"images": images, "labels": labels, "index": tuple(range(i * batch_size, (i + 1) * batch_size)),
+                "epoch": 0} for i in range(total)]
+    throughput = ThroughputMonitor(total * batch_size, warmup_batches=warmup_steps)
+    trainer = lightning.Trainer(accelerator=accelerator, devices=1, precision=precision,  # type: ignore[arg-type]
+                                max_epochs=1,
+                                callbacks=[throughput], logger=False, enable_checkpointing=False,
+                                enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0)
+    model = ResNetClassifier(manifest.num_classes, lr=0.1 * batch_size / 256)
+    loader: torch.utils.data.DataLoader[Any] = torch.utils.data.DataLoader(batches, batch_size=None)  # type: ignore[arg-type]
+    with ResourceMonitor() as monitor:
+        trainer.fit(model, train_dataloaders=loader)
+    epoch = throughput.epochs[0]
+    return {"samples_per_s": epoch["images_per_s"] or 0.0, "images": epoch["images"], "batches": epoch["batches"],
+            "warmup_batches": epoch["warmup_batches"], "precision": precision, "device": device.type,
+            **monitor.usage.to_dict()}

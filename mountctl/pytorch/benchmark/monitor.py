@@ -1,0 +1,127 @@
+"""``ResourceMonitor``: CPU and peak RSS of the loader processes and of the mount daemon during one cell.
+
+A daemon thread samples with psutil every ``interval_s``.  The loader
+processes are this process plus the children that appear during the cell
+(DataLoader workers); children that were already running (a mount
+supervisor, a local S3 server started by a test) and mount programs are
+left out of them.  CPU time is accumulated per process from the last sample
+it was seen in, so a worker that exits between samples loses at most one
+interval.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import psutil
+
+__all__ = ["ResourceMonitor", "Usage"]
+
+_NOT_LOADERS = ("rclone", "s3fs", "mount-s3", "weed")
+
+
+@dataclass(frozen=True)
+class Usage:
+    seconds: float
+    loader_cpu_pct: float  # 100 = one core busy
+    loader_peak_rss_mb: float
+    daemon_cpu_pct: float | None
+    daemon_peak_rss_mb: float | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: (round(v, 1) if isinstance(v, float) else v) for k, v in self.__dict__.items()}
+
+
+def _cpu(process: psutil.Process) -> float:
+    times = process.cpu_times()
+    return times.user + times.system
+
+
+class ResourceMonitor:
+    def __init__(self, program_pid: int | None = None, *, interval_s: float = 0.2) -> None:
+        self._me = psutil.Process(os.getpid())
+        self._program = psutil.Process(program_pid) if program_pid else None
+        self._interval_s = interval_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="bench-monitor", daemon=True)
+        self._excluded = {p.pid for p in self._me.children(recursive=True)}
+        self._start_cpu: dict[int, float] = {}
+        self._last_cpu: dict[int, float] = {}
+        self._peak_loader_rss = 0
+        self._peak_daemon_rss = 0
+        self._started = 0.0
+        self._usage: Usage | None = None
+
+    def _loaders(self) -> list[psutil.Process]:
+        found = [self._me]
+        for child in self._me.children(recursive=True):
+            if child.pid in self._excluded:
+                continue
+            try:
+                if child.name() in _NOT_LOADERS or "mountctl.shared.supervisor" in " ".join(child.cmdline()):
+                    self._excluded.add(child.pid)
+                    continue
+            except psutil.Error:
+                continue
+            found.append(child)
+        return found
+
+    def _sample(self) -> None:
+        rss = 0
+        for process in self._loaders():
+            try:
+                with process.oneshot():
+                    self._last_cpu[process.pid] = _cpu(process)
+                    rss += process.memory_info().rss
+            except psutil.Error:
+                continue
+        self._peak_loader_rss = max(self._peak_loader_rss, rss)
+        if self._program is not None:
+            try:
+                with self._program.oneshot():
+                    self._last_cpu[-1] = _cpu(self._program)
+                    self._peak_daemon_rss = max(self._peak_daemon_rss, self._program.memory_info().rss)
+            except psutil.Error:
+                pass
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval_s):
+            self._sample()
+
+    def __enter__(self) -> "ResourceMonitor":
+        self._start_cpu = {self._me.pid: _cpu(self._me)}
+        if self._program is not None:
+            try:
+                self._start_cpu[-1] = _cpu(self._program)
+            except psutil.Error:
+                self._program = None
+        self._started = time.perf_counter()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        self._sample()
+        seconds = max(time.perf_counter() - self._started, 1e-9)
+
+        def used(pids: list[int]) -> float:
+            return sum(self._last_cpu.get(p, 0.0) - self._start_cpu.get(p, 0.0) for p in pids)
+
+        loader_pids = [p for p in self._last_cpu if p != -1]
+        self._usage = Usage(
+            seconds=seconds,
+            loader_cpu_pct=100 * used(loader_pids) / seconds,
+            loader_peak_rss_mb=self._peak_loader_rss / 2**20,
+            daemon_cpu_pct=100 * used([-1]) / seconds if self._program is not None else None,
+            daemon_peak_rss_mb=self._peak_daemon_rss / 2**20 if self._program is not None else None)
+
+    @property
+    def usage(self) -> Usage:
+        if self._usage is None:
+            raise RuntimeError("the monitor reports usage once its block has ended")
+        return self._usage

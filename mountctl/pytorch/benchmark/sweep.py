@@ -1,0 +1,206 @@
+"""``run_sweep``: every cell of a benchmark run, side by side on the same shards, in one process.
+
+For each dataset: copy the shards to local disk, measure the raw GET limit,
+then open each source once (mount start-up time is the mount's own cost),
+time its first sample and read an epoch at every worker count.  Then train
+ResNet-50 per source kind and, on the same model and Trainer, the ceiling.
+Ratios to the limits are filled in at the end from cells of the same run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from datetime import datetime, timezone
+from typing import Any
+
+from mountctl import MountctlError, S3Settings, installed_backends, resolve
+from mountctl.pytorch.benchmark.cells import ceiling_cell, first_sample_cell, loader_cell, train_cell
+from mountctl.pytorch.benchmark.config import DatasetSpec, SweepConfig
+from mountctl.pytorch.benchmark.facts import machine_facts, versions
+from mountctl.pytorch.benchmark.limits import LocalDiskSource, copy_shards, raw_get
+from mountctl.pytorch.data.manifest import Manifest, load_manifest
+from mountctl.pytorch.data.sources import open_source
+from mountctl.pytorch.data.synthetic import MakeConfig, make_dataset, parse_size
+
+__all__ = ["run_sweep", "source_plan"]
+
+LOCAL = "local-disk"
+CELL_ERRORS = (MountctlError, OSError, RuntimeError, ValueError)  # a failed cell is recorded; the run goes on
+
+
+def source_plan(config: SweepConfig) -> list[tuple[str, str, str]]:
+    """(label, kind, backend) of every S3 source: mountpoint once per installed mount program."""
+    backends = config.backends or installed_backends()
+    plan = []
+    for kind in config.loader_kinds:
+        if kind == "mountpoint":
+            plan += [(f"mountpoint/{b}", kind, b) for b in backends]
+        else:
+            plan.append((kind, kind, "auto"))
+    return plan
+
+
+def _ensure_dataset(config: SweepConfig, settings: S3Settings, spec: DatasetSpec) -> Manifest:
+    """The dataset under the bench prefix, made only where shards are missing (same recipe: reused)."""
+    uri = spec.uri(config.uri)
+    make_dataset(MakeConfig(uri=uri, num_images=spec.num_images, image_size=spec.image_size, num_classes=1000,
+                            shard_size=parse_size(spec.shard_size), seed=config.seed),
+                 settings=settings, progress=config.progress)
+    return load_manifest(settings, uri)
+
+
+@contextlib.contextmanager
+def _opened(kind: str, uri: str, settings: S3Settings, backend: str, local: LocalDiskSource
+            ) -> Iterator[tuple[Any, float]]:
+    """(source, seconds it took to open): for a mount, its start-up time."""
+    if kind == LOCAL:
+        yield local, 0.0
+        return
+    started = time.perf_counter()
+    with open_source(kind, uri, settings, backend=backend) as source:
+        yield source, time.perf_counter() - started
+
+
+class _Run:
+    def __init__(self, config: SweepConfig, settings: S3Settings, bar: Any) -> None:
+        self.config = config
+        self.settings = settings
+        self.bar = bar
+        self.cells: list[dict[str, Any]] = []
+
+    def cell(self, base: dict[str, Any], measure: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+        self.bar.set_postfix_str(f"{base['cell']} {base.get('source', '')} {base.get('dataset', '')} "
+                                 f"w={base.get('num_workers', '-')}", refresh=True)
+        try:
+            row = {**base, "status": "ok", **measure()}
+        except CELL_ERRORS as exc:
+            row = {**base, "status": f"failed: {exc}"}
+        self.cells.append(row)
+        self.bar.update()
+        return row
+
+
+def _dataset_cells(run: _Run, spec: DatasetSpec, manifest: Manifest, scratch: str) -> None:
+    config, settings = run.config, run.settings
+    uri = spec.uri(config.uri)
+    base = {"dataset": spec.label, "num_images": manifest.num_images, "shard_size": spec.shard_size,
+            "shards": len(manifest.shards), "bytes": manifest.total_bytes}
+    local = copy_shards(settings, uri, manifest, f"{scratch}/{spec.label}")
+
+    def get() -> dict[str, Any]:
+        got = raw_get(settings, uri, manifest, threads=config.get_threads, part_size=parse_size(config.get_part_size))
+        mb_per_s = got["bytes"] / got["seconds"] / 1e6
+        return {"mb_per_s": round(mb_per_s, 2), "seconds": round(got["seconds"], 3), "requests": got["requests"],
+                "samples_per_s": round(manifest.num_images / got["seconds"], 2), "threads": config.get_threads}
+
+    run.cell({"cell": "raw-get", "source": "boto3 GET", **base}, get)
+    opened: list[tuple[dict[str, Any], Any, int | None]] = []
+    with contextlib.ExitStack() as stack:
+        for label, kind, backend in [(LOCAL, LOCAL, "-"), *source_plan(config)]:
+            head = {"source": label, "kind": kind, "backend": backend, **base}
+            try:
+                source, open_s = stack.enter_context(_opened(kind, uri, settings, backend, local))
+            except CELL_ERRORS as exc:  # the source did not open (e.g. the mount failed): its cells say so
+                for cell in ("first-sample", *("loader",) * len(config.num_workers)):
+                    run.cells.append({"cell": cell, **head, "status": f"failed: {exc}"})
+                    run.bar.update()
+                continue
+            def first_sample(s: Any = source, t: float = open_s) -> dict[str, Any]:
+                return {"open_s": round(t, 3), **first_sample_cell(manifest, s)}
+
+            first = run.cell({"cell": "first-sample", **head}, first_sample)
+            if first["status"] == "ok" and kind == "mountpoint":
+                first["mount_startup_s"] = first["open_s"]
+            opened.append((head, source, source.describe().get("mount_pid")))
+        # Sources take turns at each worker count, so a change in the machine's load while the
+        # sweep runs spreads over all of them instead of landing on one.
+        for workers in config.num_workers:
+            for head, source, daemon in opened:
+                run.cell({"cell": "loader", "num_workers": workers, **head},
+                         functools.partial(loader_cell, manifest, source, num_workers=workers,
+                                           batch_size=config.batch_size, warmup_batches=config.warmup_batches,
+                                           shuffle_buffer=config.shuffle_buffer, program_pid=daemon, seed=config.seed))
+
+
+def _train_cells(run: _Run, manifest: Manifest, uri: str) -> None:
+    config, settings = run.config, run.settings
+    base = {"dataset": config.train_dataset.label, "num_images": manifest.num_images,
+            "num_workers": config.train_workers, "batch_size": config.train_batch_size}
+    run.cell({"cell": "ceiling", "source": "synthetic on device", **base},
+             lambda: ceiling_cell(manifest, batch_size=config.train_batch_size, steps=config.train_steps,
+                                  warmup_steps=config.train_warmup_steps, accelerator=config.accelerator,
+                                  precision=config.train_precision))
+    for label, kind, backend in source_plan(config):
+        def measure(kind: str = kind, backend: str = backend) -> dict[str, Any]:
+            # Hold the (shared) mount here too, so that its daemon's CPU and memory can be watched.
+            with open_source(kind, uri, settings, backend=backend) as source:
+                return train_cell(uri, settings, kind=kind, backend=backend, batch_size=config.train_batch_size,
+                                  num_workers=config.train_workers, warmup_steps=config.train_warmup_steps,
+                                  accelerator=config.accelerator, precision=config.train_precision,
+                                  program_pid=source.describe().get("mount_pid"), seed=config.seed)
+
+        run.cell({"cell": "train", "source": label, "kind": kind, "backend": backend, **base}, measure)
+
+
+def _add_ratios(cells: list[dict[str, Any]]) -> None:
+    """Each cell against the limit measured in the same run: same dataset, same worker count."""
+    def find(cell: str, **match: Any) -> dict[str, Any] | None:
+        return next((c for c in cells if c["cell"] == cell and c["status"] == "ok"
+                     and all(c.get(k) == v for k, v in match.items())), None)
+
+    for row in cells:
+        if row["status"] != "ok":
+            continue
+        if row["cell"] == "loader":
+            local = find("loader", source=LOCAL, dataset=row["dataset"], num_workers=row["num_workers"])
+            get = find("raw-get", dataset=row["dataset"])
+            row["ratio_to_local_disk"] = round(row["samples_per_s"] / local["samples_per_s"], 3) if local else None
+            row["ratio_to_raw_get"] = round(row["mb_per_s"] / get["mb_per_s"], 3) if get else None
+        elif row["cell"] == "train":
+            ceiling = find("ceiling")
+            row["ratio_to_ceiling"] = round(row["samples_per_s"] / ceiling["samples_per_s"], 3) if ceiling else None
+
+
+def run_sweep(config: SweepConfig, *, settings: S3Settings | None = None) -> dict[str, Any]:
+    """Measure every cell; return the run as one JSON-able dict (see ``report.py`` to write it)."""
+    from tqdm import tqdm
+
+    settings = settings or resolve()
+    started = time.perf_counter()
+    gpu_missing = config.accelerator == "gpu" and machine_facts()["gpu"] is None
+    result: dict[str, Any] = {"started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                              "config": {k: v for k, v in config.__dict__.items()}, "machine": machine_facts(),
+                              "versions": versions(), "endpoint": settings.endpoint_url or "AWS S3"}
+    manifests = [(spec, _ensure_dataset(config, settings, spec)) for spec in config.datasets]
+    train_manifest = _ensure_dataset(config, settings, config.train_dataset) if config.train else None
+    sources = len(source_plan(config))
+    total = len(manifests) * (1 + (sources + 1) * (1 + len(config.num_workers)))
+    total += (1 + sources) if config.train else 0
+    scratch = tempfile.mkdtemp(prefix="mountctl-bench-")
+    with tqdm(total=total, unit="cell", desc="bench", disable=not config.progress) as bar:
+        run = _Run(config, settings, bar)
+        try:
+            for spec, manifest in manifests:
+                _dataset_cells(run, spec, manifest, scratch)
+            if train_manifest is not None and gpu_missing:
+                for cell in ("ceiling", "train"):
+                    run.cells.append({"cell": cell, "status": "not run: --accelerator gpu but no CUDA device"})
+                bar.update(1 + sources)
+            elif train_manifest is not None:
+                _train_cells(run, train_manifest, config.train_dataset.uri(config.uri))
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+    if config.accelerator != "gpu":
+        run.cells.append({"cell": "gpu", "status": "not run: --accelerator cpu (no GPU on this machine)"
+                          if result["machine"]["gpu"] is None else "not run: --accelerator cpu"})
+    _add_ratios(run.cells)
+    result["cells"] = run.cells
+    result["seconds"] = round(time.perf_counter() - started, 1)
+    result["machine"]["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
+    return result

@@ -1,0 +1,148 @@
+"""The ``resnet.py`` command line: ResNet-50 on WebDataset shards in S3, read through a
+mount, s3torchconnector or s3fs.
+
+    python resnet.py make s3://BUCKET/shard-data/ --num-images 50000
+    python resnet.py train s3://BUCKET/shard-data/ --source-kind mountpoint --batch-size 256 --max-epochs 3
+    python resnet.py bench s3://BUCKET/bench/ --quick
+    python resnet.py bench s3://BUCKET/shard-data/ --source-kind s3io
+    python resnet.py demo
+
+The endpoint and credentials come from the standard AWS environment; for the
+embedded local S3 run ``eval "$(mountctl local-s3 env)"`` first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from mountctl import BACKEND_NAMES, MountctlError
+from mountctl.pytorch.data.sources import SOURCE_KINDS  # light: the kinds import their libraries on use
+
+DESCRIPTION = ("ResNet-50 on WebDataset shards in S3, read through a mountctl mount (mountpoint), "
+               "s3torchconnector (s3io) or s3fs (fsspec).")
+PRECISIONS = ("32", "32-true", "16-mixed", "bf16-mixed", "16-true", "bf16-true", "64", "64-true")
+
+
+def _make(args: argparse.Namespace) -> int:
+    from mountctl.pytorch.data.synthetic import MakeConfig, make_dataset, parse_size
+
+    config = MakeConfig(uri=args.uri, num_images=args.num_images, image_size=args.image_size,
+                        num_classes=args.num_classes, shard_size=parse_size(args.shard_size), seed=args.seed,
+                        jobs=args.jobs)
+    result = make_dataset(config, progress=not args.no_progress)
+    print(json.dumps(result.summary(config.uri)), flush=True)
+    return 0
+
+
+def _train(args: argparse.Namespace) -> int:
+    from mountctl.pytorch.training.trainer import TrainConfig, train
+
+    train(TrainConfig(
+        uri=args.uri, source_kind=args.source_kind, batch_size=args.batch_size, max_epochs=args.max_epochs,
+        max_steps=args.max_steps, num_workers=args.num_workers, precision=args.precision, backend=args.backend,
+        mount_dir=args.mount_dir, devices=args.devices, strategy=args.strategy, accelerator=args.accelerator,
+        checkpoint_dir=args.checkpoint_dir, resume=args.resume, seed=args.seed, lr=args.lr,
+        shuffle_buffer=args.shuffle_buffer, warmup_batches=args.warmup_batches, progress=not args.no_progress))
+    return 0
+
+
+def _bench(args: argparse.Namespace) -> int:
+    from mountctl.pytorch.benchmark.command import run_bench
+
+    return run_bench(args)
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from mountctl.pytorch.demo import DemoConfig, run_demo
+
+    rows = run_demo(DemoConfig(uri=args.uri, num_images=args.num_images, image_size=args.image_size,
+                               batch_size=args.batch_size, max_epochs=args.max_epochs,
+                               num_workers=args.num_workers, kinds=tuple(args.kinds)))
+    return 0 if all(row["status"] == 0 and row["summary"] for row in rows) else 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="resnet.py", description=DESCRIPTION, epilog=__doc__.split("\n\n", 1)[1],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    make = commands.add_parser("make", help="write synthetic ImageNet-style WebDataset shards to S3")
+    make.add_argument("uri", help="s3://bucket/prefix/ to write shards and manifest.json under")
+    make.add_argument("--num-images", type=int, required=True)
+    make.add_argument("--image-size", type=int, default=224, help="square side in pixels (default 224)")
+    make.add_argument("--num-classes", type=int, default=1000)
+    make.add_argument("--shard-size", default="100MB", help="target shard size, e.g. 100MB or 64MiB")
+    make.add_argument("--seed", type=int, default=0)
+    make.add_argument("--jobs", type=int, default=0, help="shards built and uploaded at once (default: CPU cores)")
+    make.add_argument("--no-progress", action="store_true", help="no progress bar")
+    make.set_defaults(func=_make)
+
+    train = commands.add_parser("train", help="train ResNet-50 on a dataset written by `make`")
+    train.add_argument("uri", help="s3://bucket/prefix/ holding shards and manifest.json")
+    train.add_argument("--source-kind", choices=list(SOURCE_KINDS), default="mountpoint",
+                       help="mountpoint: a shared mountctl mount; s3io: s3torchconnector; fsspec: s3fs")
+    train.add_argument("--batch-size", type=int, default=256)
+    train.add_argument("--max-epochs", type=int, default=None, help="default 1, or unlimited with --max-steps")
+    train.add_argument("--max-steps", type=int, default=-1)
+    train.add_argument("--num-workers", type=int, default=None, help="DataLoader workers per rank (default: "
+                       "CPU cores, at most 8)")
+    train.add_argument("--precision", choices=PRECISIONS, default=None,
+                       help="default 16-mixed on GPU; bf16-mixed on CPUs with native bf16, else 32-true")
+    train.add_argument("--backend", choices=BACKEND_NAMES, default="auto", help="mount program (mountpoint kind)")
+    train.add_argument("--mount-dir", default=None, help="where to mount (mountpoint kind; default: managed)")
+    train.add_argument("--devices", default="auto")
+    train.add_argument("--strategy", default="auto", help="e.g. ddp")
+    train.add_argument("--accelerator", default="auto", help="cpu, gpu or auto")
+    train.add_argument("--checkpoint-dir", default=None, help="s3://bucket/prefix/ or a path for last.ckpt")
+    train.add_argument("--resume", action="store_true", help="continue from last.ckpt in --checkpoint-dir")
+    train.add_argument("--seed", type=int, default=0)
+    train.add_argument("--lr", type=float, default=None, help="default 0.1 x batch size / 256")
+    train.add_argument("--shuffle-buffer", type=int, default=1000, help="samples in each reader's shuffle buffer")
+    train.add_argument("--warmup-batches", type=int, default=5, help="batches per epoch left out of images/s")
+    train.add_argument("--no-progress", action="store_true", help="no progress bar")
+    train.set_defaults(func=_train)
+
+    bench = commands.add_parser("bench", help="every source kind side by side with the local-disk and raw-GET "
+                                "limits: loader and ResNet-50 training throughput, JSON + Markdown + PNG")
+    from mountctl.pytorch.benchmark.command import add_bench_arguments
+
+    add_bench_arguments(bench)
+    bench.set_defaults(func=_bench)
+
+    demo = commands.add_parser("demo", help="make a small dataset, train with each source kind, compare images/s")
+    demo.add_argument("uri", nargs="?", default="s3://mountctl/demo-shards/")
+    demo.add_argument("--num-images", type=int, default=512)
+    demo.add_argument("--image-size", type=int, default=64)
+    demo.add_argument("--batch-size", type=int, default=32)
+    demo.add_argument("--max-epochs", type=int, default=1)
+    demo.add_argument("--num-workers", type=int, default=2)
+    demo.add_argument("--kinds", nargs="+", choices=list(SOURCE_KINDS), default=list(SOURCE_KINDS))
+    demo.set_defaults(func=_demo)
+    return parser
+
+
+def _message(exc: BaseException) -> str:
+    """The error's own message; a DataLoader worker's error arrives wrapped in its traceback."""
+    text = str(exc)
+    if "Original Traceback" in text:
+        last = [line for line in text.splitlines() if line.strip()][-1]
+        return last.split(": ", 1)[1] if last.startswith(type(exc).__module__) else last
+    return text
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except MountctlError as exc:
+        print(f"resnet.py {args.command}: error: {_message(exc)}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"resnet.py {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Data: shards, the exactly-once plan, datasets, the manifest, source kinds and ``make``."""

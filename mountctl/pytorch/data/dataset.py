@@ -1,0 +1,109 @@
+"""``ShardDataset``: an IterableDataset that shards itself over ranks and DataLoader workers.
+
+It yields whole batches (use it with ``DataLoader(batch_size=None)``), because
+only the dataset knows the plan that gives every rank the same number of
+steps (see ``plan.py``).  It needs no Lightning: plain PyTorch loops can use it.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from torch.utils.data import DataLoader, IterableDataset, get_worker_info
+
+from mountctl.pytorch.data.manifest import Manifest
+from mountctl.pytorch.data.plan import Assignment, plan_epoch, steps_per_epoch
+from mountctl.pytorch.data.shards import RawSample, batched, decode, read_shard, shuffled
+
+__all__ = ["ShardDataset", "EpochLoader"]
+
+
+class ShardDataset(IterableDataset):
+    """Batches of ``{"images": uint8 NCHW, "labels": int64 N, "index": tuple, "epoch": int}`` for one rank."""
+
+    def __init__(self, manifest: Manifest, source: Any, *, batch_size: int, seed: int = 0, rank: int = 0,
+                 world_size: int = 1, shuffle: bool = True, shuffle_buffer: int = 1000) -> None:
+        super().__init__()
+        self.manifest = manifest
+        self.source = source
+        self.batch_size = batch_size
+        self.seed = seed
+        self.rank = rank
+        self.world_size = world_size
+        self.shuffle = shuffle
+        self.shuffle_buffer = shuffle_buffer
+        self.epoch = 0
+        steps_per_epoch(manifest.num_images, world_size, batch_size)  # fail here, not in a worker
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        """Batches this rank yields per epoch, summed over its workers (the same on every rank)."""
+        return steps_per_epoch(self.manifest.num_images, self.world_size, self.batch_size)
+
+    def assignment(self, worker: int = 0, num_workers: int = 1) -> Assignment:
+        return plan_epoch([s.samples for s in self.manifest.shards], seed=self.seed, epoch=self.epoch,
+                          batch_size=self.batch_size, world_size=self.world_size, rank=self.rank,
+                          num_workers=num_workers, worker=worker, shuffle=self.shuffle)
+
+    def raw_samples(self, assignment: Assignment) -> Iterator[RawSample]:
+        shards = [self.manifest.shards[piece.shard] for piece in assignment.slices]
+        opened = self.source.open_shards([shard.name for shard in shards])
+        for piece, shard, (name, stream) in zip(assignment.slices, shards, opened, strict=True):
+            yield from read_shard(name, stream, first_index=shard.first_index, start=piece.start,
+                                  stop=piece.stop, expected=shard.samples)
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        info = get_worker_info()
+        worker, num_workers = (info.id, info.num_workers) if info is not None else (0, 1)
+        assignment = self.assignment(worker, num_workers)
+        samples: Iterator[RawSample] = self.raw_samples(assignment)
+        if self.shuffle:
+            rng = random.Random(f"samples:{self.seed}:{self.epoch}:{self.rank}:{worker}")
+            samples = shuffled(samples, self.shuffle_buffer, rng)
+        size = self.manifest.image_size
+        for batch in batched((decode(s, size) for s in samples), assignment.batch_sizes):
+            batch["epoch"] = self.epoch  # the epoch whose plan and shuffle made this batch
+            yield batch
+
+
+class EpochLoader(DataLoader):
+    """A DataLoader whose workers start, with the current epoch, at the first batch asked for.
+
+    Lightning creates the first epoch's iterator before it has finished restoring
+    a checkpoint's loop state, and never calls ``set_epoch`` on an IterableDataset.
+    Workers take their copy of the dataset when they start, so starting them at the
+    first ``next()`` (when ``epoch_fn()``, e.g. ``trainer.current_epoch``, is the
+    epoch being run) gives every epoch, resumed ones included, its own shuffle.
+    """
+
+    def __init__(self, dataset: ShardDataset, *, epoch_fn: Callable[[], int], **kwargs: Any) -> None:
+        super().__init__(dataset, batch_size=None, **kwargs)
+        self._epoch_fn = epoch_fn
+
+    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]  # batches, not a loader iterator
+        return _StartOnFirstBatch(self)
+
+    def _start(self) -> Iterator[Any]:
+        self.dataset.set_epoch(int(self._epoch_fn()))  # type: ignore[attr-defined]
+        return super().__iter__()
+
+
+class _StartOnFirstBatch:
+    def __init__(self, loader: EpochLoader) -> None:
+        self._loader = loader
+        self._batches: Iterator[Any] | None = None
+
+    def __iter__(self) -> "_StartOnFirstBatch":
+        return self
+
+    def __next__(self) -> Any:
+        if self._batches is None:
+            self._batches = self._loader._start()
+        return next(self._batches)
+
+    def __len__(self) -> int:
+        return len(self._loader)

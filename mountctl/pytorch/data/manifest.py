@@ -1,0 +1,134 @@
+"""The dataset manifest: what ``make`` wrote, and what ``train`` checks before reading a byte.
+
+``manifest.json`` sits next to the shards.  It lists every shard with its
+sample count, size and SHA-256, which is what lets training split samples
+exactly once over ranks and workers and name a truncated shard up front.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from mountctl import BucketNotFound, InvalidSpec, S3Settings, parse_s3_uri
+from mountctl.pytorch.errors import DatasetError, NoShards, TruncatedShard
+from mountctl.s3 import check_bucket_access, is_not_found, list_object_sizes, short_client
+
+__all__ = ["ShardInfo", "Manifest", "MANIFEST_NAME", "FORMAT", "load_manifest", "save_manifest",
+           "check_shards_present"]
+
+MANIFEST_NAME = "manifest.json"
+FORMAT = "mountctl-webdataset/1"
+
+
+@dataclass(frozen=True)
+class ShardInfo:
+    name: str
+    samples: int
+    first_index: int  # global index of the shard's first sample, in manifest order
+    bytes: int
+    sha256: str
+
+    def __post_init__(self) -> None:
+        if not self.name.endswith(".tar") or "/" in self.name:
+            raise InvalidSpec(f"shard name {self.name!r} must be a plain name ending in .tar")
+        if self.samples <= 0 or self.bytes <= 0 or self.first_index < 0:
+            raise InvalidSpec(f"shard {self.name}: samples and bytes must be positive")
+
+
+@dataclass(frozen=True)
+class Manifest:
+    num_images: int
+    image_size: int
+    num_classes: int
+    seed: int
+    shards: tuple[ShardInfo, ...]
+    format: str = FORMAT
+
+    def __post_init__(self) -> None:
+        if self.format != FORMAT:
+            raise InvalidSpec(f"manifest format {self.format!r} is not {FORMAT!r}; re-run `resnet.py make`")
+        if not self.shards:
+            raise InvalidSpec("a manifest must list at least one shard")
+        expected = 0
+        for shard in self.shards:
+            if shard.first_index != expected:
+                raise InvalidSpec(f"shard {shard.name} starts at sample {shard.first_index}, expected {expected}")
+            expected += shard.samples
+        if expected != self.num_images:
+            raise InvalidSpec(f"the shards hold {expected} samples but the manifest says {self.num_images}")
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(s.bytes for s in self.shards)
+
+    def to_json(self) -> str:
+        data = asdict(self)
+        data["total_bytes"] = self.total_bytes
+        return json.dumps(data, indent=1)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "Manifest":
+        shards = tuple(ShardInfo(**{k: s[k] for k in ("name", "samples", "first_index", "bytes", "sha256")})
+                       for s in data["shards"])
+        return cls(num_images=int(data["num_images"]), image_size=int(data["image_size"]),
+                   num_classes=int(data["num_classes"]), seed=int(data["seed"]), shards=shards,
+                   format=str(data.get("format", "")))
+
+
+def _make_hint(uri: str) -> str:
+    return f"create one with `python resnet.py make {uri} --num-images N`"
+
+
+def load_manifest(settings: S3Settings, uri: str) -> Manifest:
+    """Read and validate ``URI/manifest.json``; errors say whether shards exist without one."""
+    from botocore.exceptions import ClientError
+
+    location = parse_s3_uri(uri)
+    try:
+        # Classifies an unreachable endpoint or refused credentials before anything else.
+        check_bucket_access(settings, location.bucket, location.prefix)
+    except BucketNotFound:
+        raise NoShards(f"no dataset at {uri}: bucket {location.bucket!r} does not exist at "
+                       f"{settings.endpoint_url or 'AWS S3'}; {_make_hint(uri)}") from None
+    client = short_client(settings)
+    try:
+        body = client.get_object(Bucket=location.bucket, Key=location.prefix + MANIFEST_NAME)["Body"].read()
+    except ClientError as exc:
+        if not is_not_found(exc):
+            raise
+        tars = [n for n in list_object_sizes(client, location.bucket, location.prefix) if n.endswith(".tar")]
+        if tars:
+            raise NoShards(f"{uri} holds {len(tars)} .tar shards but no {MANIFEST_NAME}, so training cannot "
+                           f"account for its samples; {_make_hint(uri)} (same arguments skip existing shards)"
+                           ) from None
+        raise NoShards(f"no dataset at {uri}: no {MANIFEST_NAME} and no .tar shards under it; "
+                       f"{_make_hint(uri)}") from None
+    try:
+        return Manifest.from_dict(json.loads(body))
+    except (ValueError, KeyError, TypeError) as exc:
+        raise DatasetError(f"{uri}{MANIFEST_NAME} is not a valid manifest ({exc}); re-run "
+                           f"`python resnet.py make {uri} ...`") from None
+
+
+def save_manifest(client: Any, uri: str, manifest: Manifest) -> None:
+    location = parse_s3_uri(uri)
+    client.put_object(Bucket=location.bucket, Key=location.prefix + MANIFEST_NAME,
+                      Body=manifest.to_json().encode(), ContentType="application/json")
+
+
+def check_shards_present(settings: S3Settings, uri: str, manifest: Manifest) -> None:
+    """One LIST of the prefix: every shard must be there, at the size the manifest records."""
+    location = parse_s3_uri(uri)
+    sizes = list_object_sizes(short_client(settings), location.bucket, location.prefix)
+    for shard in manifest.shards:
+        size = sizes.get(shard.name)
+        if size is None:
+            raise DatasetError(f"shard {shard.name} listed in {uri}{MANIFEST_NAME} is missing from {uri}; "
+                               f"re-run `python resnet.py make {uri} ...` with the original arguments")
+        if size != shard.bytes:
+            raise TruncatedShard(f"shard {shard.name} at {uri} is {size} bytes but the manifest says "
+                                 f"{shard.bytes}: it was truncated or overwritten; re-run `python resnet.py "
+                                 f"make {uri} ...` with the original arguments to rewrite it", shard=shard.name)

@@ -1,0 +1,148 @@
+"""WebDataset shard parsing, decoding and batching: one code path for every source kind.
+
+Whatever delivered the bytes (a mounted file, s3torchconnector, s3fs), the
+tar stream goes through webdataset's own expander and key grouping, then the
+same decode, so all three kinds produce identical samples.  Images stay
+uint8 here; normalisation happens on the accelerator (``model.py``), which
+moves a quarter of the bytes to the device.
+"""
+
+from __future__ import annotations
+
+import io
+import itertools
+import random
+import tarfile
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, BinaryIO
+
+import torch
+
+from mountctl.pytorch.errors import DatasetError, TruncatedShard
+
+__all__ = ["RawSample", "read_shard", "decode", "shuffled", "batched", "IMAGE_EXTENSIONS"]
+
+IMAGE_EXTENSIONS = ("jpg", "jpeg", "png", "webp")
+
+
+@dataclass(frozen=True)
+class RawSample:
+    """One sample as stored: encoded image bytes and its label, before any decoding."""
+
+    key: str
+    index: int  # global index in manifest order; what exactly-once accounting counts
+    image: bytes
+    label: int
+    shard: str = ""
+
+
+def _samples_of(name: str, stream: BinaryIO) -> Iterator[dict[str, Any]]:
+    from webdataset.tariterators import group_by_keys, tar_file_expander
+
+    def reraise(exc: Exception) -> bool:
+        raise exc
+
+    return group_by_keys(tar_file_expander([{"url": name, "stream": stream}], handler=reraise, eof_value=None),
+                         handler=reraise)
+
+
+def _to_raw(name: str, sample: dict[str, Any], index: int) -> RawSample:
+    image = next((sample[ext] for ext in IMAGE_EXTENSIONS if ext in sample), None)
+    if image is None or "cls" not in sample:
+        # What a shard cut off between a sample's two members looks like.
+        parts = sorted(k for k in sample if not k.startswith("__"))
+        raise TruncatedShard(f"shard {name} is truncated or malformed: sample {sample.get('__key__')!r} has "
+                             f"only {parts}, not an image ({'/'.join(IMAGE_EXTENSIONS)}) and a .cls label; "
+                             "re-run `resnet.py make` with the original arguments to rewrite it", shard=name)
+    try:
+        label = int(sample["cls"])
+    except ValueError:
+        raise DatasetError(f"sample {sample['__key__']!r} in shard {name} has a .cls that is not an integer "
+                           f"label: {bytes(sample['cls'][:20])!r}") from None
+    return RawSample(str(sample["__key__"]), index, image, label, name)
+
+
+def read_shard(name: str, stream: BinaryIO, *, first_index: int, start: int, stop: int,
+               expected: int) -> Iterator[RawSample]:
+    """Samples ``start`` to ``stop`` of one shard, stopping once past ``stop``.
+
+    A tar stream that ends early or breaks off mid-member raises
+    ``TruncatedShard`` naming the shard: silently training on fewer samples
+    would break the exactly-once promise.
+    """
+    position = 0
+    try:
+        for sample in _samples_of(name, stream):
+            if position >= stop:
+                return
+            if position >= start:
+                yield _to_raw(name, sample, first_index + position)
+            position += 1
+    except (tarfile.TarError, EOFError) as exc:
+        raise TruncatedShard(f"shard {name} is truncated or corrupt after {position} of {expected} samples "
+                             f"({str(exc).split(' @ ')[0]}); re-run `resnet.py make` with the original "
+                             "arguments to rewrite it", shard=name) from None
+    if position < stop:
+        raise TruncatedShard(f"shard {name} ended after {position} samples but the manifest says {expected}; "
+                             "it was truncated or overwritten: re-run `resnet.py make` with the original "
+                             "arguments to rewrite it", shard=name)
+
+
+def decode(sample: RawSample, image_size: int) -> tuple[torch.Tensor, int, int]:
+    """(uint8 CHW image, ``image_size`` square, label, index).
+
+    Pillow (libjpeg-turbo) decodes; ``draft`` lets a large JPEG decode straight
+    to a smaller scale.  Images of another size are resized (shorter side) and
+    centre-cropped.
+    """
+    import numpy as np
+    from PIL import Image
+
+    try:
+        opened = Image.open(io.BytesIO(sample.image))
+        opened.draft("RGB", (image_size, image_size))
+        image = opened.convert("RGB")
+    except (OSError, SyntaxError, ValueError) as exc:  # what Pillow raises for a damaged image
+        raise DatasetError(f"sample {sample.key!r} in shard {sample.shard} is not a decodable image "
+                           f"({exc}); re-run `resnet.py make` or fix the shard") from None
+    if image.size != (image_size, image_size):
+        scale = image_size / min(image.size)
+        width, height = max(image_size, round(image.width * scale)), max(image_size, round(image.height * scale))
+        left, top = (width - image_size) // 2, (height - image_size) // 2
+        image = image.resize((width, height), Image.Resampling.BILINEAR).crop(
+            (left, top, left + image_size, top + image_size))
+    pixels = torch.from_numpy(np.asarray(image).copy())
+    return pixels.permute(2, 0, 1).contiguous(), sample.label, sample.index
+
+
+def shuffled(items: Iterable[Any], buffer_size: int, rng: random.Random) -> Iterator[Any]:
+    """A shuffle buffer: memory for ``buffer_size`` items, each emitted exactly once."""
+    if buffer_size <= 1:
+        yield from items
+        return
+    buffer: list[Any] = []
+    for item in items:
+        if len(buffer) < buffer_size:
+            buffer.append(item)
+            continue
+        i = rng.randrange(buffer_size)
+        buffer[i], item = item, buffer[i]
+        yield item
+    rng.shuffle(buffer)
+    yield from buffer
+
+
+def batched(samples: Iterable[tuple[torch.Tensor, int, int]], sizes: Sequence[int]) -> Iterator[dict[str, Any]]:
+    """Stack decoded samples into batches of exactly the planned ``sizes``."""
+    iterator = iter(samples)
+    for size in sizes:
+        chunk = list(itertools.islice(iterator, size))
+        if len(chunk) != size:
+            raise DatasetError(f"a reader planned a batch of {size} but only {len(chunk)} samples were left; "
+                               "the shards do not match the manifest")
+        images, labels, indices = zip(*chunk, strict=True)
+        # "index" stays a tuple of ints: Lightning moves tensors to the device, and the
+        # accounting of which samples were seen belongs on the host.
+        yield {"images": torch.stack(images), "labels": torch.tensor(labels, dtype=torch.long),
+               "index": tuple(indices)}

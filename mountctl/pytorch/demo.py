@@ -1,0 +1,130 @@
+"""``resnet.py demo``: make a small dataset, train briefly with each source kind, compare images/s.
+
+Each step runs the real command line in a child process, exactly as a user
+would type it (the commands are printed), against whatever endpoint the
+environment names: ``eval "$(mountctl local-s3 env)"`` for the embedded one.
+Besides training, each kind also runs ``bench`` (the data path alone): on a
+CPU the model's arithmetic sets the training rate and hides the source kind.
+On two CPU cores the defaults take two to three minutes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any, TextIO
+
+from mountctl import InvalidSpec, parse_s3_uri, resolve
+from mountctl.pytorch.data.sources import SOURCE_KINDS
+from mountctl.pytorch.errors import DatasetError
+
+__all__ = ["DemoConfig", "run_demo", "command_line", "comparison_table"]
+
+_RESNET_PY = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "resnet.py")
+
+
+@dataclass(frozen=True)
+class DemoConfig:
+    uri: str = "s3://mountctl/demo-shards/"
+    num_images: int = 512
+    image_size: int = 64
+    batch_size: int = 32
+    max_epochs: int = 1
+    num_workers: int = 2
+    shard_size: str = "256KB"  # several shards per reader even for a small dataset
+    bench_epochs: int = 5
+    kinds: tuple[str, ...] = tuple(SOURCE_KINDS)
+    run_timeout_s: float = 600.0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "uri", str(parse_s3_uri(self.uri)))
+        unknown = [k for k in self.kinds if k not in SOURCE_KINDS]
+        if unknown or not self.kinds:
+            raise InvalidSpec(f"demo kinds {unknown or '(none)'} unknown: choose from {', '.join(SOURCE_KINDS)}")
+
+
+def command_line() -> list[str]:
+    """How to run ``resnet.py``: the file in a checkout, else the installed module."""
+    if os.path.isfile(_RESNET_PY):
+        return [sys.executable, _RESNET_PY]
+    return [sys.executable, "-m", "mountctl.pytorch.cli"]
+
+
+def _run(argv: list[str], timeout_s: float, out: TextIO) -> tuple[int, dict[str, Any] | None]:
+    """Run one command (stderr shown as it comes); return its status and last JSON line on stdout."""
+    print(f"\n$ {shlex.join(['python', *argv[1:]])}", file=out, flush=True)
+    try:
+        done = subprocess.run(argv, stdout=subprocess.PIPE, text=True, timeout=timeout_s, check=False)
+    except subprocess.TimeoutExpired:
+        print(f"  gave up after {timeout_s:g}s", file=out)
+        return 124, None
+    summary = None
+    for line in reversed(done.stdout.splitlines()):
+        if line.startswith("{"):
+            try:
+                summary = json.loads(line)
+                break
+            except ValueError:
+                continue
+    return done.returncode, summary
+
+
+def _mean(values: Any) -> str:
+    numbers = [v for v in values if v is not None]
+    return f"{sum(numbers) / len(numbers):.1f}" if numbers else "-"
+
+
+def comparison_table(rows: list[dict[str, Any]]) -> str:
+    header = ("source kind", "reads through", "train img/s (epoch, warm-up excl.)", "train img/s (overall)",
+              "loader img/s (no model)", "exactly once")
+    lines = [header]
+    for row in rows:
+        summary, bench = row.get("summary"), row.get("bench")
+        if summary is None:
+            lines.append((row["kind"], "-", f"failed (exit {row['status']})", "-", "-", "-"))
+            continue
+        epochs = summary["epochs"]
+        source = summary["source"]
+        via = {"mountpoint": f"mount ({source.get('backend')})", "s3io": "s3torchconnector",
+               "fsspec": "s3fs"}.get(row["kind"], row["kind"])
+        loader = [e["images_per_s"] for e in (bench or {}).get("epochs", []) if e["images_per_s"] is not None]
+        once = all(e["images"] == e["distinct_images"] == summary["dataset_images"] and not e["repeated_images"]
+                   for e in epochs)
+        lines.append((row["kind"], via, _mean(e["images_per_s"] for e in epochs), f"{summary['images_per_s']:.1f}",
+                      _mean(loader) if bench else "failed", "yes" if once else "NO"))
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+    rendered = [" | ".join(cell.ljust(widths[i]) for i, cell in enumerate(line)).rstrip() for line in lines]
+    rendered.insert(1, "-+-".join("-" * w for w in widths))
+    return "\n".join(rendered)
+
+
+def run_demo(config: DemoConfig, *, out: TextIO | None = None) -> list[dict[str, Any]]:
+    out = out or sys.stdout
+    settings = resolve()
+    print(f"mountctl demo against {settings.endpoint_url or 'AWS S3 (' + settings.region + ')'}: "
+          f"{config.num_images} images of {config.image_size} px at {config.uri}", file=out)
+    base = command_line()
+    status, made = _run([*base, "make", config.uri, "--num-images", str(config.num_images), "--image-size",
+                         str(config.image_size), "--num-classes", "100", "--shard-size", config.shard_size,
+                         "--no-progress"],
+                        config.run_timeout_s, out)
+    if status != 0 or made is None:
+        raise DatasetError(f"`resnet.py make` failed (exit {status}); see the messages above")
+    rows = []
+    for kind in config.kinds:
+        started = time.monotonic()
+        status, summary = _run([*base, "train", config.uri, "--source-kind", kind, "--batch-size",
+                                str(config.batch_size), "--max-epochs", str(config.max_epochs), "--num-workers",
+                                str(config.num_workers), "--no-progress"], config.run_timeout_s, out)
+        _, bench = _run([*base, "bench", config.uri, "--source-kind", kind, "--batch-size", str(config.batch_size),
+                         "--num-workers", str(config.num_workers), "--epochs", str(config.bench_epochs)],
+                        config.run_timeout_s, out)
+        rows.append({"kind": kind, "status": status, "summary": summary, "bench": bench,
+                     "wall_s": time.monotonic() - started})
+    print("\n" + comparison_table(rows), file=out, flush=True)
+    return rows

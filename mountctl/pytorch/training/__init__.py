@@ -1,0 +1,1 @@
+"""Training: the model, the Lightning trainer, checkpoints and throughput accounting."""

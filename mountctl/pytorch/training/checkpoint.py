@@ -1,0 +1,78 @@
+"""Where checkpoints go: an S3 URI (through s3torchconnector's Lightning plugin) or a path.
+
+One file, ``last.ckpt``, rewritten at the end of every epoch and when
+training stops (``--max-steps``); ``--resume`` continues from it with the
+global step, optimizer and loop state restored.  An IterableDataset cannot
+skip ahead, so after a stop in mid-epoch Lightning goes on with the next
+epoch: the rest of the interrupted epoch is not replayed.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from mountctl import S3Settings, parse_s3_uri
+from mountctl.pytorch.errors import CheckpointError
+from mountctl.s3 import ensure_bucket, object_size, short_client
+
+__all__ = ["CheckpointTarget", "LAST"]
+
+LAST = "last.ckpt"
+
+
+@dataclass(frozen=True)
+class CheckpointTarget:
+    location: str  # s3://bucket/prefix/ or an absolute directory
+
+    @classmethod
+    def parse(cls, location: str) -> "CheckpointTarget":
+        if location.startswith("s3://"):
+            return cls(str(parse_s3_uri(location)))
+        if "://" in location:
+            raise CheckpointError(f"checkpoint location {location!r} is neither s3://bucket/prefix/ nor a path")
+        return cls(os.path.abspath(os.path.expanduser(location)))
+
+    @property
+    def is_s3(self) -> bool:
+        return self.location.startswith("s3://")
+
+    @property
+    def last(self) -> str:
+        return self.location + LAST if self.is_s3 else os.path.join(self.location, LAST)
+
+    def prepare(self, settings: S3Settings) -> None:
+        """Fail before training, not after the first epoch, when the location cannot be written."""
+        if self.is_s3:
+            ensure_bucket(settings, parse_s3_uri(self.location).bucket, create=True)
+            return
+        try:
+            os.makedirs(self.location, exist_ok=True)
+        except OSError as exc:
+            raise CheckpointError(f"cannot create checkpoint directory {self.location}: {exc.strerror}; "
+                                  "choose a writable --checkpoint-dir") from None
+        if not os.access(self.location, os.W_OK):
+            raise CheckpointError(f"checkpoint directory {self.location} is not writable; choose another "
+                                  "--checkpoint-dir")
+
+    def plugin(self, settings: S3Settings) -> Any:
+        """The Trainer's CheckpointIO plugin for S3, or None for a path (Lightning's default)."""
+        if not self.is_s3:
+            return None
+        from s3torchconnector.lightning import S3LightningCheckpoint
+
+        return S3LightningCheckpoint(**settings.s3torch_options())
+
+    def has_last(self, settings: S3Settings) -> bool:
+        if not self.is_s3:
+            return os.path.isfile(self.last)
+        location = parse_s3_uri(self.location)
+        return object_size(short_client(settings), location.bucket, location.prefix + LAST) is not None
+
+    def resume_path(self, settings: S3Settings) -> str:
+        if not self.has_last(settings):
+            raise CheckpointError(f"--resume found no checkpoint at {self.last}; train once with "
+                                  f"--checkpoint-dir {self.location} first, or drop --resume to start fresh")
+        return self.last
+

@@ -1,0 +1,187 @@
+"""``resnet.py train``: ResNet-50 on a Lightning Trainer, reading shards through one source kind.
+
+``train(TrainConfig(...))`` checks everything it can before the first step
+(endpoint, manifest, shard sizes, checkpoint location), opens the source for
+the whole run (the mountpoint kind mounts, shared by the ranks of the node),
+trains, and prints one JSON summary line on rank 0.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import warnings
+from dataclasses import asdict, dataclass
+from typing import Any, TextIO
+
+from mountctl import InvalidSpec, S3Settings, parse_s3_uri, resolve
+from mountctl.pytorch.data.manifest import check_shards_present, load_manifest
+from mountctl.pytorch.data.sources import check_source_choice, open_source
+
+__all__ = ["TrainConfig", "train", "default_precision", "default_num_workers", "ARCHITECTURES"]
+
+ARCHITECTURES = ("resnet18", "resnet34", "resnet50", "resnet101", "resnet152")  # torchvision names
+
+
+def default_num_workers() -> int:
+    return min(8, os.cpu_count() or 1)
+
+
+def default_precision(accelerator: str = "auto") -> str:
+    """16-bit mixed on a GPU; on a CPU bf16-mixed where it has native bf16, else full 32-bit."""
+    import torch
+
+    if accelerator in ("auto", "gpu", "cuda") and torch.cuda.is_available():
+        return "16-mixed"
+    # Without native bf16 (AVX-512 BF16 / AMX) autocast to bf16 emulates it, slower than fp32.
+    return "bf16-mixed" if torch.ops.mkldnn._is_mkldnn_bf16_supported() else "32-true"
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    uri: str
+    source_kind: str = "mountpoint"
+    batch_size: int = 256
+    max_epochs: int | None = None  # None: 1, or until max_steps when that is set
+    max_steps: int = -1
+    num_workers: int | None = None  # None: default_num_workers()
+    precision: str | None = None  # None: default_precision()
+    backend: str = "auto"
+    mount_dir: str | None = None
+    devices: str = "auto"
+    strategy: str = "auto"
+    accelerator: str = "auto"
+    checkpoint_dir: str | None = None
+    resume: bool = False
+    seed: int = 0
+    lr: float | None = None  # None: 0.1 x batch_size / 256, the linear scaling rule for ResNet-50 on SGD
+    shuffle_buffer: int = 1000
+    warmup_batches: int = 5
+    progress: bool = True
+    arch: str = "resnet50"  # library-only knob; the CLI trains ResNet-50 as the published example does
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "uri", str(parse_s3_uri(self.uri)))
+        check_source_choice(self.source_kind, self.backend)
+        if self.batch_size < 1:
+            raise InvalidSpec(f"--batch-size must be at least 1, not {self.batch_size}")
+        if self.num_workers is not None and self.num_workers < 0:
+            raise InvalidSpec(f"--num-workers cannot be negative ({self.num_workers})")
+        if self.max_epochs is not None and self.max_epochs < 1:
+            raise InvalidSpec(f"--max-epochs must be at least 1, not {self.max_epochs}")
+        if self.max_steps == 0 or self.max_steps < -1:
+            raise InvalidSpec(f"--max-steps must be positive (or -1 for no limit), not {self.max_steps}")
+        if self.resume and not self.checkpoint_dir:
+            raise InvalidSpec("--resume needs --checkpoint-dir: the place the earlier run saved last.ckpt")
+        if self.lr is not None and self.lr <= 0:
+            raise InvalidSpec(f"--lr must be positive, not {self.lr}")
+        if self.arch not in ARCHITECTURES:
+            raise InvalidSpec(f"unknown architecture {self.arch!r}: choose one of {', '.join(ARCHITECTURES)}")
+        if self.shuffle_buffer < 0 or self.warmup_batches < 0:
+            raise InvalidSpec("--shuffle-buffer and --warmup-batches cannot be negative")
+
+    @property
+    def learning_rate(self) -> float:
+        return self.lr if self.lr is not None else 0.1 * self.batch_size / 256
+
+    @property
+    def epochs_limit(self) -> int:
+        if self.max_epochs is not None:
+            return self.max_epochs
+        return -1 if self.max_steps > 0 else 1
+
+
+def _rank_report(trainer: Any, source: Any) -> list[dict[str, int | None]]:
+    """Every rank's process id and mount program id: ranks sharing one mount report the same one."""
+    import torch
+
+    mount_pid = source.describe().get("mount_pid") or -1
+    mine = torch.tensor([os.getpid(), mount_pid], dtype=torch.long, device=trainer.strategy.root_device)
+    rows = trainer.strategy.all_gather(mine).reshape(-1, 2).tolist()
+    return [{"pid": pid, "mount_pid": None if mpid < 0 else mpid} for pid, mpid in rows]
+
+
+def _summary(config: TrainConfig, manifest: Any, trainer: Any, source: Any, monitor: Any, **facts: Any
+             ) -> dict[str, Any]:
+    """The run as one JSON-able dict: what ran, how fast, and the exactly-once accounting per epoch."""
+    return {
+        "uri": config.uri,
+        "source_kind": config.source_kind,
+        "source": source.describe(),
+        "dataset_images": manifest.num_images,
+        "image_size": manifest.image_size,
+        "batch_size": config.batch_size,
+        "num_workers": facts["num_workers"],
+        "world_size": trainer.world_size,
+        "precision": facts["precision"],
+        "accelerator": trainer.strategy.root_device.type,
+        "epochs": monitor.epochs,
+        "global_step": trainer.global_step,
+        "images": monitor.overall.get("images"),
+        "seconds": monitor.overall.get("seconds"),
+        "images_per_s": monitor.overall.get("images_per_s"),
+        "resumed_from": facts["resumed_from"],
+        "checkpoint": facts["checkpoint"],
+        "ranks": _rank_report(trainer, source),  # a collective: every rank calls it
+        "config": {k: v for k, v in asdict(config).items() if k not in ("uri", "progress")},
+    }
+
+
+def _quiet_known_warnings() -> None:
+    # The dataset shards itself over workers (plan.py), which is what these warn about.
+    warnings.filterwarnings("ignore", message=r".*IterableDataset.*has `__len__` defined.*")
+    warnings.filterwarnings("ignore", message=r".*does not have many workers.*")
+    warnings.filterwarnings("ignore", message=r".*`use_distributed_sampler`.*")
+
+
+def train(config: TrainConfig, *, settings: S3Settings | None = None, out: TextIO | None = None) -> dict[str, Any]:
+    """Train as configured; return the summary (and print it as one JSON line on rank 0)."""
+    from mountctl.pytorch.training.checkpoint import CheckpointTarget
+
+    settings = settings or resolve()
+    manifest = load_manifest(settings, config.uri)
+    check_shards_present(settings, config.uri, manifest)
+    target = CheckpointTarget.parse(config.checkpoint_dir) if config.checkpoint_dir else None
+    if target is not None:
+        target.prepare(settings)
+    resume_from = target.resume_path(settings) if (target is not None and config.resume) else None
+    precision = config.precision or default_precision(config.accelerator)
+    num_workers = default_num_workers() if config.num_workers is None else config.num_workers
+    # Lightning and torchvision load only now: a bad endpoint or dataset fails in a second.
+    import lightning
+
+    from mountctl.pytorch.data.datamodule import ShardDataModule
+    from mountctl.pytorch.training.model import ResNetClassifier
+    from mountctl.pytorch.training.save_last import SaveLastCheckpoint
+    from mountctl.pytorch.training.throughput import ThroughputMonitor
+
+    _quiet_known_warnings()
+    lightning.seed_everything(config.seed, verbose=False)
+
+    with open_source(config.source_kind, config.uri, settings, backend=config.backend,
+                     mount_dir=config.mount_dir) as source:
+        monitor = ThroughputMonitor(manifest.num_images, warmup_batches=config.warmup_batches)
+        callbacks: list[Any] = [monitor]
+        saver = SaveLastCheckpoint(target) if target is not None else None
+        if saver is not None:
+            callbacks.append(saver)
+        plugin = target.plugin(settings) if target is not None else None
+        trainer = lightning.Trainer(
+            accelerator=config.accelerator, devices=config.devices, strategy=config.strategy,
+            precision=precision,  # type: ignore[arg-type]  # one of PRECISIONS, checked by the CLI
+            max_epochs=config.epochs_limit, max_steps=config.max_steps, callbacks=callbacks,
+            plugins=[plugin] if plugin is not None else None, logger=False, enable_checkpointing=False,
+            use_distributed_sampler=False, enable_progress_bar=config.progress, enable_model_summary=False,
+            num_sanity_val_steps=0)
+        model = ResNetClassifier(manifest.num_classes, lr=config.learning_rate, arch=config.arch)
+        data = ShardDataModule(manifest, source, batch_size=config.batch_size, num_workers=num_workers,
+                               seed=config.seed, shuffle_buffer=config.shuffle_buffer,
+                               pin_memory=trainer.strategy.root_device.type == "cuda")
+        trainer.fit(model, datamodule=data, ckpt_path=resume_from, weights_only=True)
+        summary = _summary(config, manifest, trainer, source, monitor, num_workers=num_workers,
+                           precision=precision, resumed_from=resume_from,
+                           checkpoint=target.last if target is not None and saver is not None and saver.saves else None)
+    if trainer.is_global_zero:
+        print(json.dumps(summary), file=out or sys.stdout, flush=True)
+    return summary

@@ -1,0 +1,395 @@
+"""S3 in one place: settings resolution, URIs, clients, bucket checks and the not-found test.
+
+Every backend, client library, source kind and script asks ``resolve()``;
+nothing else reads ``AWS_*`` variables.  Order: explicit arguments, then the
+standard AWS environment chain (``AWS_ENDPOINT_URL_S3``/``AWS_ENDPOINT_URL``,
+``AWS_REGION``/``AWS_DEFAULT_REGION``, ``AWS_ACCESS_KEY_ID``/
+``AWS_SECRET_ACCESS_KEY``/``AWS_SESSION_TOKEN``, ``AWS_PROFILE`` through
+botocore).  The resolved ``S3Settings`` then feeds every route: boto3, s3fs,
+s3torchconnector and each mount program.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import re
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import BucketNotFound, CredentialsError, EndpointUnreachable, InvalidSpec, S3Error
+from .redaction import redact, remember_secret
+
+__all__ = [
+    "DEFAULT_REGION",
+    "S3Uri",
+    "parse_s3_uri",
+    "S3Settings",
+    "resolve",
+    "client",
+    "short_client",
+    "is_not_found",
+    "check_bucket_access",
+    "ensure_bucket",
+    "list_object_sizes",
+    "object_size",
+]
+
+DEFAULT_REGION = "us-east-1"
+
+# S3's own bucket naming rules, relaxed for the dots some S3-compatible stores allow.
+_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.\-_]{1,61}[a-z0-9]$")
+_ENDPOINT = re.compile(r"^https?://[^/\s]+")
+
+
+# -- URIs ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class S3Uri:
+    bucket: str
+    prefix: str  # "" or ends with "/"
+
+    def __str__(self) -> str:
+        return f"s3://{self.bucket}/{self.prefix}"
+
+    @property
+    def path(self) -> str:
+        """``bucket/prefix/`` as s3fs names it."""
+        return f"{self.bucket}/{self.prefix}"
+
+
+def parse_s3_uri(uri: str) -> S3Uri:
+    """Split ``s3://bucket[/prefix/]``; the prefix always comes back ending in ``/``.
+
+    ``str()`` of the result is the canonical form: ``s3://b/p`` and ``s3://b/p/`` are one prefix.
+    """
+    if not isinstance(uri, str) or not uri.startswith("s3://"):
+        raise InvalidSpec(f"{uri!r} is not an S3 URI: write it as s3://bucket/ or s3://bucket/prefix/")
+    bucket, _, prefix = uri[len("s3://"):].partition("/")
+    if not _BUCKET.match(bucket):
+        raise InvalidSpec(
+            f"{bucket!r} in {uri!r} is not a valid bucket name: use 3-63 lowercase letters, "
+            "digits, dots or hyphens, e.g. s3://my-bucket/data/"
+        )
+    if "//" in prefix or prefix.startswith("/") or any(part in (".", "..") for part in prefix.split("/")):
+        raise InvalidSpec(f"prefix {prefix!r} in {uri!r} has an empty, '.' or '..' part: write it as a/b/")
+    if prefix and not prefix.endswith("/"):
+        prefix += "/"
+    return S3Uri(bucket, prefix)
+
+
+def check_endpoint(endpoint: str) -> str:
+    endpoint = endpoint.rstrip("/")
+    if not _ENDPOINT.match(endpoint):
+        raise InvalidSpec(f"S3 endpoint {endpoint!r} is not a URL: give it as http://host:port or https://host")
+    return endpoint
+
+
+# -- settings -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class S3Settings:
+    """Resolved endpoint, region and credentials; ``repr`` never shows a secret."""
+
+    endpoint_url: str | None
+    region: str
+    access_key_id: str | None = None
+    secret_access_key: str | None = field(default=None, repr=False)
+    session_token: str | None = field(default=None, repr=False)
+    profile: str | None = None
+
+    @property
+    def path_style(self) -> bool:
+        # Virtual-host addressing needs DNS per bucket, which custom endpoints rarely have.
+        return self.endpoint_url is not None
+
+    @property
+    def has_credentials(self) -> bool:
+        return bool(self.access_key_id and self.secret_access_key)
+
+    def credentials_fingerprint(self, key: bytes) -> str:
+        """A keyed one-way hash of the credentials: equal for equal credentials, useless to an attacker."""
+        if not self.has_credentials:
+            return "anonymous"
+        material = "\0".join((self.access_key_id or "", self.secret_access_key or "", self.session_token or ""))
+        return hmac.new(key, material.encode(), hashlib.sha256).hexdigest()[:16]
+
+    def identity(self, key: bytes) -> dict[str, Any]:
+        """What decides which data a request sees, with no secret in it."""
+        return {"endpoint": self.endpoint_url, "region": self.region, "path_style": self.path_style,
+                "credentials": self.credentials_fingerprint(key)}
+
+    def child_env(self, base: Mapping[str, str] | None = None) -> dict[str, str]:
+        """The environment for a child that reads the standard AWS variables."""
+        env = dict(os.environ if base is None else base)
+        for name in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE"):
+            env.pop(name, None)  # credentials below are already resolved from it
+        env["AWS_REGION"] = self.region
+        env["AWS_DEFAULT_REGION"] = self.region
+        for name in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"):
+            if self.endpoint_url:
+                env[name] = self.endpoint_url
+            else:
+                env.pop(name, None)
+        if self.has_credentials:
+            env["AWS_ACCESS_KEY_ID"] = self.access_key_id or ""
+            env["AWS_SECRET_ACCESS_KEY"] = self.secret_access_key or ""
+            if self.session_token:
+                env["AWS_SESSION_TOKEN"] = self.session_token
+            else:
+                env.pop("AWS_SESSION_TOKEN", None)
+        return env
+
+    def export_to_environ(self) -> None:
+        """Make this process's standard chain say what these settings say.
+
+        s3torchconnector takes no keys as arguments, only the standard chain, so the
+        route that uses it writes the resolved settings here (never on a command line).
+        """
+        wanted = self.child_env()
+        for name in [n for n in os.environ if n.startswith("AWS_") and n not in wanted]:
+            del os.environ[name]
+        os.environ.update({k: v for k, v in wanted.items() if k.startswith("AWS_")})
+
+    def s3fs_options(self) -> dict[str, Any]:
+        """Keyword arguments for ``s3fs.S3FileSystem`` (fsspec)."""
+        options: dict[str, Any] = {
+            "client_kwargs": {"region_name": self.region},
+            "config_kwargs": {"s3": {"addressing_style": "path" if self.path_style else "auto"}},
+        }
+        if self.endpoint_url:
+            options["endpoint_url"] = self.endpoint_url
+        if self.has_credentials:
+            options["key"] = self.access_key_id
+            options["secret"] = self.secret_access_key
+            if self.session_token:
+                options["token"] = self.session_token
+        return options
+
+    def s3torch_options(self) -> dict[str, Any]:
+        """Keyword arguments for s3torchconnector's datasets, checkpoints and DCP (call in the process that uses them)."""
+        from s3torchconnector import S3ClientConfig
+
+        self.export_to_environ()
+        return {"region": self.region, "endpoint": self.endpoint_url,
+                "s3client_config": S3ClientConfig(force_path_style=self.path_style)}
+
+
+def _env(environ: Mapping[str, str], *names: str) -> str | None:
+    for name in names:
+        value = environ.get(name)
+        if value:
+            return value
+    return None
+
+
+def resolve(
+    *,
+    endpoint_url: str | None = None,
+    region: str | None = None,
+    access_key_id: str | None = None,
+    secret_access_key: str | None = None,
+    session_token: str | None = None,
+    profile: str | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> S3Settings:
+    """Resolve settings from explicit arguments, then the AWS environment chain."""
+    env = os.environ if environ is None else environ
+    endpoint = endpoint_url or _env(env, "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
+    if endpoint:
+        endpoint = check_endpoint(endpoint)
+    profile = profile or _env(env, "AWS_PROFILE", "AWS_DEFAULT_PROFILE")
+    key = access_key_id or _env(env, "AWS_ACCESS_KEY_ID")
+    secret = secret_access_key or _env(env, "AWS_SECRET_ACCESS_KEY")
+    token = session_token or (_env(env, "AWS_SESSION_TOKEN") if not access_key_id else None)
+    region = region or _env(env, "AWS_REGION", "AWS_DEFAULT_REGION")
+    if not (key and secret) or not region:
+        botocore_key, botocore_secret, botocore_token, botocore_region = _from_botocore(profile)
+        if not (key and secret):
+            key, secret, token = botocore_key, botocore_secret, botocore_token
+        region = region or botocore_region
+    for value in (secret, token):
+        remember_secret(value)
+    return S3Settings(endpoint_url=endpoint, region=region or DEFAULT_REGION, access_key_id=key,
+                      secret_access_key=secret, session_token=token, profile=profile)
+
+
+def _from_botocore(profile: str | None) -> tuple[str | None, str | None, str | None, str | None]:
+    """Shared config files, SSO and instance roles, exactly as the AWS CLI finds them."""
+    try:
+        import botocore.session
+    except ImportError:
+        return None, None, None, None
+    try:
+        session = botocore.session.Session(profile=profile)
+        region = session.get_config_variable("region")
+        credentials = session.get_credentials()
+    except Exception as exc:  # botocore raises many types for a broken profile
+        raise CredentialsError(
+            f"could not load AWS profile {profile!r}: {redact(str(exc))}; check ~/.aws/config or unset AWS_PROFILE"
+        ) from None
+    if credentials is None:
+        return None, None, None, region
+    frozen = credentials.get_frozen_credentials()
+    return frozen.access_key, frozen.secret_key, frozen.token, region
+
+
+# -- clients --------------------------------------------------------------------------------
+
+_clients: dict[tuple[Any, ...], Any] = {}
+_clients_lock = threading.Lock()
+
+
+def client(settings: S3Settings, *, connect_timeout: float = 5, read_timeout: float = 60, retries: int = 3) -> Any:
+    """A boto3 S3 client for these settings and bounds, made once per process and reused."""
+    # boto3 clients are thread-safe but not fork-safe: key by pid so a forked worker makes its own.
+    key = (os.getpid(), settings, connect_timeout, read_timeout, retries)
+    with _clients_lock:
+        found = _clients.get(key)
+        if found is None:
+            found = _clients[key] = _new_client(settings, connect_timeout, read_timeout, retries)
+        return found
+
+
+def _new_client(settings: S3Settings, connect_timeout: float, read_timeout: float, retries: int) -> Any:
+    import boto3
+    from botocore.config import Config
+
+    config = Config(
+        region_name=settings.region,
+        connect_timeout=connect_timeout,
+        read_timeout=read_timeout,
+        retries={"max_attempts": retries, "mode": "standard"},
+        s3={"addressing_style": "path" if settings.path_style else "auto"},
+        max_pool_connections=32,
+    )
+    return boto3.client("s3", endpoint_url=settings.endpoint_url, aws_access_key_id=settings.access_key_id,
+                        aws_secret_access_key=settings.secret_access_key, aws_session_token=settings.session_token,
+                        config=config)
+
+
+def short_client(settings: S3Settings) -> Any:
+    """A client that gives up quickly: for small metadata requests."""
+    return client(settings, connect_timeout=5, read_timeout=30, retries=2)
+
+
+def is_not_found(exc: BaseException) -> bool:
+    """True for S3's 'no such key/bucket' answers, however the store spells them."""
+    response = getattr(exc, "response", None)
+    if not isinstance(response, dict):
+        return False
+    code = str(response.get("Error", {}).get("Code", ""))
+    status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+    return code in ("404", "NoSuchKey", "NotFound", "NoSuchBucket") or status == 404
+
+
+# -- checks ---------------------------------------------------------------------------------
+
+
+def _where(settings: S3Settings) -> str:
+    return settings.endpoint_url or f"AWS S3 ({settings.region})"
+
+
+def check_bucket_access(settings: S3Settings, bucket: str, prefix: str = "", *, timeout_s: float = 5.0) -> None:
+    """One LIST with short timeouts, so errors name the real cause before anything else starts.
+
+    A FUSE program that cannot reach its bucket often mounts anyway and fails every
+    read later (s3fs even reports success first).
+    """
+    from botocore.exceptions import BotoCoreError, ClientError, EndpointConnectionError, NoCredentialsError
+
+    where = _where(settings)
+    s3 = client(settings, connect_timeout=timeout_s, read_timeout=timeout_s, retries=1)
+    try:
+        s3.list_objects_v2(Bucket=bucket, Prefix=prefix, MaxKeys=1)
+    except ClientError as exc:
+        code = str(exc.response.get("Error", {}).get("Code", ""))
+        status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        if is_not_found(exc):
+            raise BucketNotFound(f"bucket {bucket!r} does not exist at {where}; create it "
+                                 f"(e.g. `aws s3 mb s3://{bucket}`) or fix the URI") from None
+        if code in ("InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", "403", "ExpiredToken",
+                    "InvalidToken") or status == 403:
+            raise CredentialsError(
+                f"S3 at {where} refused access to bucket {bucket!r} ({code}); check AWS_ACCESS_KEY_ID/"
+                "AWS_SECRET_ACCESS_KEY or AWS_PROFILE (for the local server: eval \"$(mountctl local-s3 env)\")"
+            ) from None
+        raise S3Error(f"S3 at {where} answered {code or status} for bucket {bucket!r}: {redact(str(exc))}") from None
+    except NoCredentialsError:
+        raise CredentialsError(
+            "no AWS credentials found; set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE, "
+            "or run eval \"$(mountctl local-s3 env)\" for the embedded local S3"
+        ) from None
+    except EndpointConnectionError:
+        raise EndpointUnreachable(f"nothing answers at S3 endpoint {where}; check AWS_ENDPOINT_URL, or start "
+                                  "the local server with `mountctl local-s3 start`") from None
+    except BotoCoreError as exc:
+        raise EndpointUnreachable(f"could not talk to S3 at {where}: {redact(str(exc))}") from None
+
+
+def ensure_bucket(settings: S3Settings, bucket: str, *, create: bool, timeout_s: float = 30.0) -> bool:
+    """Make sure ``bucket`` exists; return True when this call created it.
+
+    Creating is allowed only on a custom endpoint (the embedded local S3 or
+    another S3-compatible store): on AWS, bucket names, regions and policies
+    are the account owner's decision, so a missing bucket is an error there.
+    """
+    try:
+        check_bucket_access(settings, bucket)
+        return False
+    except BucketNotFound:
+        if not (create and settings.endpoint_url):
+            raise BucketNotFound(
+                f"bucket {bucket!r} does not exist in AWS S3 ({settings.region}); create it first, e.g. "
+                f"`aws s3 mb s3://{bucket} --region {settings.region}`, or point AWS_ENDPOINT_URL at "
+                "another S3 endpoint"
+            ) from None
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    try:
+        short_client(settings).create_bucket(Bucket=bucket)
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code", "") not in ("BucketAlreadyOwnedByYou", "BucketAlreadyExists"):
+            raise BucketNotFound(f"could not create bucket {bucket!r} at {settings.endpoint_url}: "
+                                 f"{redact(str(exc))}") from None
+    except BotoCoreError as exc:
+        raise EndpointUnreachable(f"could not create bucket {bucket!r} at {settings.endpoint_url}: "
+                                  f"{redact(str(exc))}") from None
+    # Some S3-compatible stores show a new bucket a moment after creating it.
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            check_bucket_access(settings, bucket)
+            return True
+        except BucketNotFound:
+            if time.monotonic() > deadline:
+                raise BucketNotFound(f"bucket {bucket!r} was created at {settings.endpoint_url} but did not "
+                                     f"appear within {timeout_s:g}s; try again") from None
+            time.sleep(0.1)
+
+
+def list_object_sizes(s3: Any, bucket: str, prefix: str) -> dict[str, int]:
+    """Sizes of the objects directly under ``prefix``, by name relative to it."""
+    sizes: dict[str, int] = {}
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix, Delimiter="/"):
+        for item in page.get("Contents", []):
+            sizes[item["Key"][len(prefix):]] = int(item["Size"])
+    return sizes
+
+
+def object_size(s3: Any, bucket: str, key: str) -> int | None:
+    """The object's size, or None when there is no such object."""
+    from botocore.exceptions import ClientError
+
+    try:
+        return int(s3.head_object(Bucket=bucket, Key=key)["ContentLength"])
+    except ClientError as exc:
+        if is_not_found(exc):
+            return None
+        raise

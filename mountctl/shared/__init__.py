@@ -1,0 +1,49 @@
+"""Node-shared mounts: one mount per request per node, held by many processes, run by a detached supervisor.
+
+``mount()`` is the one-line entry point; ``status()`` reports every shared
+mount.  Importing this package also keeps in-process ``Mount`` objects off
+the directories a supervisor manages.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+from ..handle import MountHandle
+from ..mount import Mount, set_default_guard
+from ..s3 import S3Settings, resolve
+from ..spec import MountSpec
+from .client import RegistryGuard, SharedMount, acquire, default_mount_dir, release, request_unmount
+from .registry import MountRecord, Registry
+from .status import status
+
+__all__ = ["mount", "status", "SharedMount", "MountRecord", "Registry", "acquire", "release", "request_unmount",
+           "default_mount_dir"]
+
+set_default_guard(RegistryGuard())
+
+
+@contextlib.contextmanager
+def mount(uri: str, mount_dir: str | None = None, *, backend: str = "auto", shared: bool = True,
+          watchdog: bool = True, settings: S3Settings | None = None, **options: Any) -> Iterator[MountHandle]:
+    """Mount ``uri`` for the duration of the block; ``m.path`` is the prefix as a directory.
+
+    With ``shared=True`` (the default) processes making the same request share one
+    mount under a detached supervisor that remounts it if it dies; with
+    ``shared=False`` the mount program is this process's own child (a ``Mount``).
+    ``settings`` (default: resolved from the environment) feed the mount program.
+    """
+    settings = settings or resolve(endpoint_url=options.get("endpoint_url"), region=options.get("region"))
+    directory = mount_dir or default_mount_dir(uri, backend, settings, **options)
+    spec = MountSpec(uri=uri, mount_dir=directory, backend=backend, **options)
+    if not shared:
+        with Mount(spec, settings=settings, watchdog=watchdog) as own:
+            yield own
+        return
+    handle = acquire(spec, settings=settings, watchdog=watchdog)
+    try:
+        yield handle
+    finally:
+        handle.release()

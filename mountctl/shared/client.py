@@ -1,0 +1,317 @@
+"""Joining and leaving node-shared mounts: acquire, release, unmount on request, clear the abandoned.
+
+Every process on the node asking for the same request at the same directory
+shares one mount: the first starts a detached supervisor
+(``mountctl.shared.supervisor``), the others join it as holders, and the last
+one to leave unmounts.  "The same request" covers the mount options and what
+the environment resolved to: endpoint, region, addressing style and a keyed,
+one-way fingerprint of the credentials.  Requests that differ get different
+default directories, and are refused at one explicit directory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import time
+from typing import Any
+
+from .. import errors, paths
+from ..backends import get_backend
+from ..errors import AlreadyMounted, MountctlError, MountFailed, MountTimeout
+from ..fusectl import force_clear
+from ..health import Health, mount_health
+from ..mounttable import find_mount
+from ..processes import process_alive, process_identity
+from ..s3 import S3Settings, parse_s3_uri, resolve
+from ..spec import MountSpec
+from ..teardown import track, untrack
+from .registry import MountRecord, Registry
+
+__all__ = ["SharedMount", "acquire", "release", "request_unmount", "clear_abandoned", "default_mount_dir",
+           "sharing_identity", "identity_differences", "RegistryGuard"]
+
+
+def sharing_identity(spec: MountSpec, settings: S3Settings) -> dict[str, Any]:
+    """Everything two requests must agree on to share one mount; no secret in it."""
+    return {"options": spec.served(), "s3": settings.identity(paths.node_key())}
+
+
+def identity_differences(have: dict[str, Any], want: dict[str, Any]) -> list[str]:
+    """Which parts differ, described without a secret."""
+    found = []
+    for group in ("s3", "options"):
+        old, new = have.get(group, {}), want.get(group, {})
+        for name in sorted(set(old) | set(new)):
+            if old.get(name) == new.get(name):
+                continue
+            if name == "credentials":
+                found.append("the credentials")
+            else:
+                found.append(f"{name} ({old.get(name)!r} there, {new.get(name)!r} requested)")
+    return found
+
+
+def default_mount_dir(uri: str, backend: str, settings: S3Settings, **options: Any) -> str:
+    """A stable directory per request, so separate processes making the same request find the same mount."""
+    probe = MountSpec(uri=uri, mount_dir="/", backend=backend, **options)
+    identity = sharing_identity(probe, settings)
+    digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:12]
+    return os.path.join(paths.managed_mounts_dir(), f"{parse_s3_uri(uri).bucket}-{digest}")
+
+
+class SharedMount:
+    """A handle on a registry-managed mount; attributes read the live record."""
+
+    def __init__(self, spec: MountSpec, registry: Registry, holder: dict[str, Any] | None) -> None:
+        self.spec = spec
+        self._registry = registry
+        self._holder = holder
+
+    @property
+    def path(self) -> str:
+        return self.spec.mount_dir
+
+    def record(self) -> MountRecord | None:
+        return self._registry.read(self.path)
+
+    @property
+    def pid(self) -> int | None:
+        record = self.record()
+        return record.program_pid if record else None
+
+    @property
+    def backend(self) -> str:
+        record = self.record()
+        return (record.backend if record else None) or self.spec.backend
+
+    @property
+    def log_path(self) -> str | None:
+        record = self.record()
+        return record.log_path if record else None
+
+    @property
+    def restarts(self) -> int:
+        record = self.record()
+        return record.restarts if record else 0
+
+    def health(self, timeout_s: float | None = None) -> Health:
+        record = self.record()
+        backend = get_backend(record.backend) if record and record.backend else None
+        bound = self.spec.probe_timeout_s if timeout_s is None else timeout_s
+        return mount_health(self.path, backend, record.program_pid if record else None, bound)
+
+    def release(self, *, wait: bool = True) -> None:
+        if self._holder is not None and self._holder["pid"] == os.getpid():
+            holder, self._holder = self._holder, None
+            untrack(self)
+            release(self.spec.mount_dir, holder, registry=self._registry,
+                    wait_s=self.spec.unmount_timeout_s + self.spec.busy_grace_s + 10 if wait else 0)
+
+    def stop(self) -> None:
+        self.release()
+
+    def __enter__(self) -> SharedMount:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+    def __repr__(self) -> str:
+        return f"SharedMount({self.spec.uri!r} at {self.path!r}, backend={self.backend!r}, pid={self.pid})"
+
+
+def clear_abandoned(mount_dir: str, record: MountRecord | None, registry: Registry) -> None:
+    """Clean up after a supervisor that died: its mount program, its mount, its record.  Caller holds the lock."""
+    if record is not None:
+        if record.program_pid:
+            import psutil
+
+            with contextlib.suppress(psutil.Error):
+                process = psutil.Process(record.program_pid)
+                if process.create_time() >= record.created_at - 1:
+                    process.kill()
+        registry.remove(mount_dir)
+    if find_mount(mount_dir) is not None:
+        force_clear(mount_dir)
+
+
+def _recorded_error(record: MountRecord) -> MountctlError:
+    """The supervisor's error, re-raised here with its own class (BucketNotFound, MountTimeout, ...)."""
+    error = record.error or {}
+    cls = getattr(errors, str(error.get("type")), MountFailed)
+    if not (isinstance(cls, type) and issubclass(cls, MountctlError)):
+        cls = MountFailed
+    return cls(error.get("message", "mount failed"), mount_dir=record.mount_dir, log_path=record.log_path)
+
+
+def acquire(spec: MountSpec, *, settings: S3Settings | None = None, pinned: bool = False,
+            holder_pid: int | None = None, watchdog: bool = True, watchdog_interval_s: float = 2.0,
+            registry: Registry | None = None) -> SharedMount:
+    """Join the node's mount of ``spec`` (starting it if needed) and wait until it is ready."""
+    registry = registry or Registry()
+    settings = settings or resolve(endpoint_url=spec.endpoint_url, region=spec.region)
+    identity = sharing_identity(spec, settings)
+    holder = None if pinned and holder_pid is None else process_identity(holder_pid)
+    with registry.locked(spec.mount_dir):
+        record = registry.read(spec.mount_dir)
+        if record is not None and not process_alive(record.supervisor):
+            clear_abandoned(spec.mount_dir, record, registry)
+            record = None
+        if record is not None:
+            differences = identity_differences(record.identity, identity)
+            if differences:
+                raise AlreadyMounted(
+                    f"{spec.mount_dir} is already managed for {record.uri} (backend {record.backend}) and "
+                    f"{', '.join(differences)} differ from this request for {spec.uri}; use another directory "
+                    f"(or none, to get one of its own), or `mountctl unmount {spec.mount_dir}` first",
+                    mount_dir=spec.mount_dir)
+            if record.state == "failed":
+                raise _recorded_error(record)
+            if record.state == "stopping":
+                raise errors.RegistryError(f"the mount at {spec.mount_dir} is being taken down; try again in a "
+                                           "moment", mount_dir=spec.mount_dir)
+            record = record.replace(holders=(*record.holders, holder) if holder else record.holders,
+                                    pinned=record.pinned or pinned)
+            registry.write(record)
+        else:
+            record = MountRecord(uri=spec.uri, mount_dir=spec.mount_dir, spec=spec.to_dict(), identity=identity,
+                                 backend=None if spec.backend == "auto" else spec.backend,
+                                 holders=(holder,) if holder else (), pinned=pinned, watchdog=watchdog,
+                                 watchdog_interval_s=watchdog_interval_s)
+            registry.write(record)
+            supervisor = _spawn_supervisor(spec.mount_dir, registry, settings)
+            registry.write(record.replace(supervisor=process_identity(supervisor.pid)))
+    handle = SharedMount(spec, registry, holder)
+    if holder is not None:
+        track(handle)
+    try:
+        _wait_until_ready(spec, registry)
+    except BaseException:
+        handle.release(wait=False)
+        raise
+    return handle
+
+
+def _spawn_supervisor(mount_dir: str, registry: Registry, settings: S3Settings) -> subprocess.Popen[bytes]:
+    log_path = registry.supervisor_log(mount_dir)
+    # The supervisor resolves the same settings from this environment: explicit settings
+    # given to us reach the mount program too, and never through a command line.
+    env = {**settings.child_env(), "MOUNTCTL_HOME": paths.home()}
+    with open(log_path, "ab") as log:
+        return subprocess.Popen(
+            [sys.executable, "-m", "mountctl.shared.supervisor", mount_dir, log_path],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            start_new_session=True, close_fds=True, env=env,
+        )
+
+
+def _wait_until_ready(spec: MountSpec, registry: Registry) -> None:
+    # The supervisor has its own mount timeout; allow for its start-up and preflight on top.
+    bound = spec.mount_timeout_s + 20
+    deadline = time.monotonic() + bound
+    while True:
+        record = registry.read(spec.mount_dir)
+        if record is None:
+            raise MountFailed(f"the supervisor of {spec.mount_dir} ended before the mount was ready; "
+                              f"see {registry.supervisor_log(spec.mount_dir)}", mount_dir=spec.mount_dir)
+        if record.state == "mounted":
+            return
+        if record.state == "failed":
+            # The record stays for the other waiters; the supervisor removes it once they have left.
+            raise _recorded_error(record)
+        if record.supervisor is not None and not process_alive(record.supervisor):
+            with registry.locked(spec.mount_dir):
+                clear_abandoned(spec.mount_dir, registry.read(spec.mount_dir), registry)
+            raise MountFailed(f"the supervisor of {spec.mount_dir} died while mounting; see "
+                              f"{registry.supervisor_log(spec.mount_dir)}", mount_dir=spec.mount_dir)
+        if time.monotonic() > deadline:
+            request_unmount(spec.mount_dir, registry=registry, wait_s=spec.unmount_timeout_s + 5)
+            raise MountTimeout(f"{spec.uri} was not mounted at {spec.mount_dir} within {bound:g}s; "
+                               "see `mountctl status`", mount_dir=spec.mount_dir, timeout_s=bound)
+        time.sleep(0.05)
+
+
+def release(mount_dir: str, holder: dict[str, Any], *, registry: Registry | None = None, wait_s: float = 0) -> None:
+    """Drop one hold; when it was the last, wait up to ``wait_s`` for the unmount to finish."""
+    registry = registry or Registry()
+    record = registry.modify(mount_dir, lambda r: r.replace(holders=tuple(h for h in r.holders if h != holder)))
+    if record is None:
+        return
+    last = not record.pinned and not any(process_alive(h) for h in record.holders)
+    if last and wait_s > 0 and record.state != "failed":
+        _wait_until_gone(mount_dir, registry, wait_s)
+
+
+def request_unmount(mount_dir: str, *, registry: Registry | None = None, wait_s: float = 30.0) -> bool:
+    """Ask the supervisor to unmount regardless of holders; False when nothing was managed there."""
+    registry = registry or Registry()
+    with registry.locked(mount_dir):
+        record = registry.read(mount_dir)
+        if record is None:
+            return False
+        if not process_alive(record.supervisor):
+            clear_abandoned(mount_dir, record, registry)
+            return True
+        registry.write(record.replace(stop_requested=True, pinned=False))
+    _wait_until_gone(mount_dir, registry, wait_s)
+    return True
+
+
+def _wait_until_gone(mount_dir: str, registry: Registry, wait_s: float) -> None:
+    """Wait until the supervisor has unmounted, removed its record and exited."""
+    deadline = time.monotonic() + wait_s
+    first = registry.read(mount_dir)
+    supervisor = first.supervisor if first else None
+    while time.monotonic() < deadline:
+        record = registry.read(mount_dir)
+        if record is not None and record.supervisor != supervisor:
+            return  # someone else has started a new mount here meanwhile
+        if not process_alive(supervisor):
+            if record is not None:
+                with registry.locked(mount_dir):
+                    clear_abandoned(mount_dir, registry.read(mount_dir), registry)
+            return
+        time.sleep(0.05)
+    raise MountTimeout(f"the mount at {mount_dir} was not taken down within {wait_s:g}s; "
+                       "see `mountctl status`, or run `mountctl cleanup`", mount_dir=mount_dir, timeout_s=wait_s)
+
+
+class RegistryGuard:
+    """Keeps an in-process ``Mount`` off directories a shared supervisor manages."""
+
+    def __init__(self, registry: Registry | None = None) -> None:
+        self._registry = registry
+
+    @property
+    def registry(self) -> Registry:
+        return self._registry or Registry()
+
+    def refuse_if_owned(self, spec: MountSpec) -> None:
+        """A directory a supervisor manages is refused; one it is taking down is waited for."""
+        registry = self.registry
+        deadline = time.monotonic() + spec.unmount_timeout_s + spec.busy_grace_s + 5
+        while True:
+            record = registry.read(spec.mount_dir)
+            if record is None or not process_alive(record.supervisor):
+                return
+            if record.state != "stopping":
+                pid = (record.supervisor or {}).get("pid")
+                raise AlreadyMounted(
+                    f"{spec.mount_dir} is managed by mountctl for {record.uri} (supervisor pid {pid}, state "
+                    f"{record.state}); share it with mountctl.mount() and the same request, or run "
+                    f"`mountctl unmount {spec.mount_dir}` first", mount_dir=spec.mount_dir)
+            if time.monotonic() > deadline:
+                raise MountTimeout(f"the mount at {spec.mount_dir} is still being taken down; try again later",
+                                   mount_dir=spec.mount_dir)
+            time.sleep(0.05)
+
+    def describe_owner(self, path: str) -> str:
+        record = self.registry.read(path)
+        if record and record.state == "mounted":
+            return f", managed by mountctl for {record.uri}, mount program pid {record.program_pid}"
+        return ""

@@ -1,0 +1,135 @@
+"""The detached supervisor of one shared mount: ``python -m mountctl.shared.supervisor MOUNT_DIR LOG``.
+
+It owns the mount program (as a ``Mount`` with its watchdog on), publishes
+every event in the registry record, and ends the mount when nobody holds it
+any more: holders that released it, or whose processes died (pid liveness, so
+a SIGKILLed DDP rank is reclaimed too), or an explicit ``mountctl unmount``.
+SIGTERM, SIGINT and SIGHUP unmount and exit.  When mounting fails it leaves
+the error in the record until every waiter has read it, then removes it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from typing import Any
+
+from ..errors import MountctlError
+from ..mount import Mount
+from ..processes import process_alive
+from ..redaction import redact
+from ..spec import MountSpec
+from .registry import MountRecord, Registry
+
+log = logging.getLogger("mountctl")
+
+POLL_S = 0.25
+FAILED_RECORD_KEPT_S = 10.0
+FAILED_RECORD_MIN_S = 2.0
+
+
+def _published(mount: Mount, event: dict[str, Any]) -> Any:
+    """The record change that goes with one event: backend and log always travel with the state."""
+
+    def change(record: MountRecord) -> MountRecord:
+        changes: dict[str, Any] = {"restarts": mount.restarts, "program_pid": mount.pid, "backend": mount.backend,
+                                   "log_path": mount.log_path}
+        kind = event["event"]
+        if kind in ("dead", "unresponsive", "restart-failed"):
+            changes.update(state="recovering", last_error=event["detail"])
+        elif kind == "gave-up":
+            changes.update(state="failed", last_error=event["detail"],
+                           error={"type": "MountFailed", "message": f"the watchdog gave up: {event['detail']}"})
+        elif kind in ("remounted", "mounted"):
+            changes.update(state="mounted", since=event["time"])
+        return record.with_event(event, **changes)
+
+    return change
+
+
+def serve(mount_dir: str, registry: Registry | None = None) -> int:
+    registry = registry or Registry()
+    record = registry.read(mount_dir)
+    if record is None:
+        return 2
+    spec = MountSpec.from_dict(record.spec)
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, lambda *_: stop.set())
+    mount: Mount
+
+    def publish(event: dict[str, Any]) -> None:
+        # Read, change and write under the record's lock: concurrent events must not lose each other.
+        registry.modify(mount_dir, _published(mount, event))
+
+    mount = Mount(spec, watchdog=record.watchdog, watchdog_interval_s=record.watchdog_interval_s, on_event=publish,
+                  guard=None)
+    try:
+        mount.start()
+    except Exception as exc:  # report every failure to the waiting clients with its own class
+        kind = type(exc).__name__ if isinstance(exc, MountctlError) else "MountFailed"
+        message = str(exc) if isinstance(exc, MountctlError) else f"the supervisor failed: {exc!r}"
+        registry.update(mount_dir, state="failed", error={"type": kind, "message": redact(message)})
+        _remove_when_waiters_left(registry, mount_dir, stop)
+        return 1
+    try:
+        while not stop.wait(POLL_S):
+            if _nobody_holds(registry, mount_dir):
+                break
+    finally:
+        registry.update(mount_dir, state="stopping")
+        mount.stop()
+        _remove_own_record(registry, mount_dir)
+    return 0
+
+
+def _remove_own_record(registry: Registry, mount_dir: str) -> None:
+    with registry.locked(mount_dir):
+        current = registry.read(mount_dir)
+        if current is not None and (current.supervisor or {}).get("pid") == os.getpid():
+            registry.remove(mount_dir)
+
+
+def _remove_when_waiters_left(registry: Registry, mount_dir: str, stop: threading.Event) -> None:
+    """Keep the failure readable until the waiting holders have seen it (bounded), then remove it."""
+    started = time.monotonic()
+    while time.monotonic() - started < FAILED_RECORD_KEPT_S and not stop.is_set():
+        record = registry.read(mount_dir)
+        # A pinned request (`mountctl mount`) has no holder to wait for: give it a moment to read.
+        waited_enough = time.monotonic() - started > FAILED_RECORD_MIN_S
+        if record is None or (waited_enough and not any(process_alive(h) for h in record.holders)):
+            break
+        time.sleep(0.05)
+    _remove_own_record(registry, mount_dir)
+
+
+def _nobody_holds(registry: Registry, mount_dir: str) -> bool:
+    with registry.locked(mount_dir):
+        record = registry.read(mount_dir)
+        if record is None or record.stop_requested:
+            return True
+        holders = tuple(h for h in record.holders if process_alive(h))
+        if len(holders) != len(record.holders):
+            log.info("reclaimed %d holder(s) of %s whose process ended", len(record.holders) - len(holders), mount_dir)
+            registry.write(record.replace(holders=holders))
+        return not holders and not record.pinned
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    code = serve(args[0])
+    if code == 0 and len(args) > 1:
+        # A clean run leaves no log behind; a failed one keeps it for `mountctl status`/the error message.
+        with contextlib.suppress(OSError):
+            os.unlink(args[1])
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,95 @@
+"""``Watchdog``: watches one mount and remounts it, with backoff, when it dies or stops answering."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Protocol
+
+from .health import Health
+from .redaction import redact
+
+__all__ = ["Watchdog", "Watched"]
+
+log = logging.getLogger("mountctl")
+
+
+class Watched(Protocol):
+    """What a watchdog needs from the mount it watches."""
+
+    restarts: int
+
+    def health(self, timeout_s: float | None = None) -> Health: ...
+
+    def recover(self) -> None: ...
+
+    def report(self, kind: str, detail: str) -> None: ...
+
+
+class Watchdog:
+    """A daemon thread: every ``interval_s`` check health; on failure recover, backing off 0.5 s to 30 s.
+
+    Any exception from a check or a recovery (a timeout waiting for a process stuck in the
+    kernel, an OSError from spawning) counts as a failed try and is reported, never lost:
+    the thread ends only when stopped or after reporting ``gave-up``.
+    """
+
+    def __init__(self, watched: Watched, *, interval_s: float = 5.0, max_restarts: int = 10,
+                 name: str = "mountctl-watchdog") -> None:
+        self.watched = watched
+        self.interval_s = interval_s
+        self.max_restarts = max_restarts
+        self.last_error = ""
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout_s: float) -> None:
+        self._stop.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(timeout=timeout_s)
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    def _run(self) -> None:
+        try:
+            self._watch()
+        except BaseException as exc:  # never die silently: whoever reads the events must learn of it
+            self.last_error = redact(f"{type(exc).__name__}: {exc}")
+            self.watched.report("gave-up", f"watchdog failed: {self.last_error}")
+
+    def _watch(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            try:
+                health = self.watched.health()
+            except Exception as exc:  # e.g. the probe could not be spawned
+                health = Health("unresponsive", error=f"health check failed: {type(exc).__name__}: {exc}")
+            if health.ok:
+                continue
+            self.last_error = f"{health.state}: {health.error}"
+            self.watched.report(health.state, health.error)
+            if not self._recover():
+                return
+
+    def _recover(self) -> bool:
+        """Try until the mount is back (True) or we stop or give up (False)."""
+        backoff, failures = 0.5, 0
+        while not self._stop.is_set():
+            if self.watched.restarts >= self.max_restarts or failures >= self.max_restarts:
+                self.watched.report("gave-up", f"{self.watched.restarts} restarts; last error: {self.last_error}")
+                return False
+            try:
+                self.watched.recover()
+                return True
+            except Exception as exc:
+                failures += 1
+                self.last_error = redact(str(exc) or type(exc).__name__)
+                self.watched.report("restart-failed", f"{self.last_error}; next try in {backoff:g}s")
+                if self._stop.wait(backoff):
+                    return False
+                backoff = min(backoff * 2, 30.0)
+        return False

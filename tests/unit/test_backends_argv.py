@@ -1,0 +1,80 @@
+"""Each mount program's command line and environment: credentials never on the command line."""
+
+from __future__ import annotations
+
+import os
+import stat
+
+import pytest
+
+from mountctl.backends import BACKENDS, MountS3, Rclone, S3fsFuse, choose_backend
+from mountctl.errors import BackendNotFound
+from mountctl.s3 import S3Settings
+from mountctl.spec import MountSpec
+
+SECRET = "unit-test-secret-value"
+LOCAL = S3Settings(endpoint_url="http://127.0.0.1:9", region="eu-west-1", access_key_id="AKUNIT",
+                   secret_access_key=SECRET)
+AWS = S3Settings(endpoint_url=None, region="us-west-2", access_key_id=None)
+
+
+@pytest.fixture(autouse=True)
+def programs_on_path(monkeypatch):
+    # The argv under test is what we would run; where the program lives is not.
+    for backend in BACKENDS.values():
+        monkeypatch.setattr(type(backend), "executable", lambda self: f"/usr/bin/{self.program}")
+
+
+def _spec(**changes):
+    return MountSpec(**{"uri": "s3://bkt/data/", "mount_dir": "/mnt/x", **changes})
+
+
+@pytest.mark.parametrize("backend", [MountS3(), Rclone(), S3fsFuse()], ids=lambda b: b.name)
+def test_no_secret_in_any_argv(backend, tmp_path):
+    argv = backend.command(_spec(), LOCAL, str(tmp_path))
+    assert SECRET not in " ".join(argv) and "AKUNIT" not in " ".join(argv)
+
+
+def test_mount_s3_off_aws_uses_path_style_and_no_upload_checksums(tmp_path):
+    argv = MountS3().command(_spec(), LOCAL, str(tmp_path))
+    assert argv[1:3] == ["bkt", "/mnt/x"] and "--foreground" in argv and "--read-only" in argv
+    assert argv[argv.index("--prefix") + 1] == "data/"
+    assert {"--force-path-style", "--endpoint-url"} <= set(argv) and argv[argv.index("--upload-checksums") + 1] == "off"
+
+
+def test_mount_s3_without_credentials_sends_unsigned_requests(tmp_path):
+    argv = MountS3().command(_spec(), AWS, str(tmp_path))
+    assert "--no-sign-request" in argv and "--endpoint-url" not in argv
+
+
+def test_rclone_gets_its_remote_and_keys_by_environment_without_ca_bundle(tmp_path, monkeypatch):
+    monkeypatch.setenv("AWS_CA_BUNDLE", "/etc/ssl/x.pem")
+    env = Rclone().environment(_spec(), LOCAL, str(tmp_path))
+    assert env["RCLONE_CONFIG_MOUNTCTL_SECRET_ACCESS_KEY"] == SECRET
+    assert env["RCLONE_CONFIG_MOUNTCTL_ENDPOINT"] == "http://127.0.0.1:9"
+    assert "AWS_CA_BUNDLE" not in env
+    assert "MOUNTCTL:bkt/data" in Rclone().command(_spec(), LOCAL, str(tmp_path))
+
+
+def test_s3fs_reads_keys_from_a_0600_file(tmp_path):
+    S3fsFuse().environment(_spec(), LOCAL, str(tmp_path))
+    passwd = tmp_path / "s3fs.passwd"
+    assert passwd.read_text().strip() == f"AKUNIT:{SECRET}"
+    assert stat.S_IMODE(os.stat(passwd).st_mode) == 0o600
+    argv = S3fsFuse().command(_spec(), LOCAL, str(tmp_path))
+    assert argv[1] == "bkt:/data" and "use_path_request_style" in argv[-1]
+
+
+def test_extra_args_reach_only_their_program(tmp_path):
+    spec = _spec(extra_args={"rclone": ["--transfers", "8"]})
+    assert Rclone().command(spec, LOCAL, str(tmp_path))[-2:] == ["--transfers", "8"]
+    assert "--transfers" not in S3fsFuse().command(spec, LOCAL, str(tmp_path))
+
+
+def test_a_missing_program_names_itself_and_how_to_install_it(monkeypatch):
+    monkeypatch.setattr("shutil.which", lambda name: None)
+    monkeypatch.undo()  # restore the real `executable` so the lookup really runs
+    monkeypatch.setattr("mountctl.backends.shutil.which", lambda name: None)
+    with pytest.raises(BackendNotFound, match="apt-get install s3fs") as info:
+        choose_backend("s3fs")
+    assert info.value.program == "s3fs"

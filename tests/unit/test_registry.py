@@ -1,0 +1,75 @@
+"""The registry: a typed record per mount directory, changed only under its lock."""
+
+from __future__ import annotations
+
+import multiprocessing
+import threading
+
+import pytest
+
+from mountctl.errors import RegistryError
+from mountctl.shared.registry import MAX_EVENTS, MountRecord, Registry
+from mountctl.shared.supervisor import _published
+
+
+def _record(mount_dir: str = "/m") -> MountRecord:
+    return MountRecord(uri="s3://b/", mount_dir=mount_dir, spec={}, identity={})
+
+
+def test_record_round_trips_through_json(tmp_path):
+    registry = Registry(str(tmp_path))
+    registry.write(_record().replace(holders=({"pid": 1, "create_time": 2.0},), state="mounted"))
+    again = registry.read("/m")
+    assert again is not None and again.state == "mounted" and again.holders == ({"pid": 1, "create_time": 2.0},)
+
+
+def test_unknown_state_is_refused():
+    with pytest.raises(RegistryError, match="unknown state"):
+        MountRecord(uri="s3://b/", mount_dir="/m", spec={}, identity={}, state="sleeping")  # type: ignore[arg-type]
+
+
+def _bump_many(directory: str, count: int) -> None:
+    registry = Registry(directory)
+    for _ in range(count):
+        registry.modify("/m", lambda r: r.replace(restarts=r.restarts + 1))
+
+
+def test_concurrent_changes_from_threads_and_processes_are_never_lost(tmp_path):
+    registry = Registry(str(tmp_path))
+    registry.write(_record())
+    context = multiprocessing.get_context("spawn")
+    processes = [context.Process(target=_bump_many, args=(str(tmp_path), 25)) for _ in range(2)]
+    threads = [threading.Thread(target=_bump_many, args=(str(tmp_path), 25)) for _ in range(3)]
+    for worker in [*processes, *threads]:
+        worker.start()
+    for worker in [*processes, *threads]:
+        worker.join(timeout=60)
+    assert registry.read("/m").restarts == 5 * 25
+
+
+def test_concurrent_event_publishes_keep_every_event(tmp_path):
+    """The supervisor's own publish path, from several threads (the watchdog and the main loop)."""
+    registry = Registry(str(tmp_path))
+    registry.write(_record())
+    mount = type("MountFacts", (), {"restarts": 0, "pid": 7, "backend": "rclone", "log_path": None})()
+
+    def publish(thread: int) -> None:
+        for n in range(MAX_EVENTS // 4):
+            registry.modify("/m", _published(mount, {"time": 0.0, "event": "slow", "detail": f"{thread}-{n}"}))
+
+    threads = [threading.Thread(target=publish, args=(t,)) for t in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    details = {event["detail"] for event in registry.read("/m").events}
+    assert len(details) == MAX_EVENTS
+
+
+def test_lock_wait_is_bounded(tmp_path):
+    registry = Registry(str(tmp_path))
+    with registry.locked("/m"):
+        with pytest.raises(RegistryError, match="stayed busy") as info:
+            with Registry(str(tmp_path)).locked("/m", timeout_s=0.2):
+                pass
+    assert info.value.timeout_s == 0.2

@@ -1,0 +1,59 @@
+"""The one S3 module: URIs, the not-found test, clients cached per settings, settings exported to a child chain."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from botocore.exceptions import ClientError
+
+from mountctl import InvalidSpec, s3
+from mountctl.pytorch.data import synthetic
+from mountctl.s3 import S3Settings
+
+A = S3Settings(endpoint_url="http://127.0.0.1:1001", region="us-east-1", access_key_id="AKA", secret_access_key="sa")
+B = S3Settings(endpoint_url="http://127.0.0.1:2002", region="eu-west-1", access_key_id="AKB", secret_access_key="sb")
+
+
+def test_uri_prefix_is_canonical():
+    assert str(s3.parse_s3_uri("s3://bkt/p")) == "s3://bkt/p/" == str(s3.parse_s3_uri("s3://bkt/p/"))
+    assert s3.parse_s3_uri("s3://bkt").prefix == "" and s3.parse_s3_uri("s3://bkt/x/y").path == "bkt/x/y/"
+
+
+@pytest.mark.parametrize("uri", ["bkt/p", "s3://B/", "s3://bkt//x", "s3://bkt/../x"])
+def test_bad_uris_say_how_to_write_them(uri):
+    with pytest.raises(InvalidSpec, match="s3://"):
+        s3.parse_s3_uri(uri)
+
+
+@pytest.mark.parametrize("code,status,expected", [
+    ("NoSuchKey", 404, True), ("404", 404, True), ("NotFound", 404, True), ("NoSuchBucket", 404, True),
+    ("AccessDenied", 403, False), ("InternalError", 500, False)])
+def test_not_found_is_recognised_however_spelled(code, status, expected):
+    error = ClientError({"Error": {"Code": code}, "ResponseMetadata": {"HTTPStatusCode": status}}, "HeadObject")
+    assert s3.is_not_found(error) is expected
+    assert not s3.is_not_found(ValueError("no response"))
+
+
+def test_clients_are_cached_per_settings_and_bounds():
+    assert s3.client(A) is s3.client(A)
+    assert s3.client(A) is not s3.client(B)
+    assert s3.client(B).meta.endpoint_url == "http://127.0.0.1:2002"
+    assert s3.client(A, read_timeout=1) is not s3.client(A)
+
+
+def test_make_uses_the_settings_of_each_call():
+    assert synthetic._client(A).meta.endpoint_url == "http://127.0.0.1:1001"
+    assert synthetic._client(B).meta.endpoint_url == "http://127.0.0.1:2002"
+
+
+def test_export_makes_the_standard_chain_say_the_settings(monkeypatch):
+    monkeypatch.setattr(os, "environ", os.environ.copy())  # the export changes this process's environment
+    monkeypatch.setenv("AWS_PROFILE", "elsewhere")
+    monkeypatch.setenv("AWS_SESSION_TOKEN", "stale")
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"):
+        monkeypatch.delenv(name, raising=False)
+    B.export_to_environ()
+    assert os.environ["AWS_ACCESS_KEY_ID"] == "AKB" and os.environ["AWS_ENDPOINT_URL"] == "http://127.0.0.1:2002"
+    assert "AWS_PROFILE" not in os.environ and "AWS_SESSION_TOKEN" not in os.environ
+    assert s3.resolve() == S3Settings(**{**B.__dict__, "profile": None})

@@ -1,0 +1,91 @@
+"""The watchdog never dies silently: every failure of a check or a recovery is reported, and it gives up loudly.
+
+The watched object here is a stand-in: no real mount program can be made, on demand, to hang in
+``wait()`` past its bound or to make spawning fail with OSError.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+import time
+
+from mountctl.health import Health
+from mountctl.watchdog import Watchdog
+
+
+class Stand:
+    """Unhealthy until recovered; ``recover`` raises the queued failures first."""
+
+    def __init__(self, failures: list[BaseException], health_failure: BaseException | None = None) -> None:
+        self.restarts = 0
+        self.failures = list(failures)
+        self.health_failure = health_failure
+        self.healthy = False
+        self.events: list[tuple[str, str]] = []
+        self.done = threading.Event()
+
+    def health(self, timeout_s: float | None = None) -> Health:
+        if self.health_failure is not None:
+            failure, self.health_failure = self.health_failure, None
+            raise failure
+        return Health("healthy" if self.healthy else "dead", error="" if self.healthy else "gone")
+
+    def recover(self) -> None:
+        self.restarts += 1
+        if self.failures:
+            raise self.failures.pop(0)
+        self.healthy = True
+        self.done.set()
+
+    def report(self, kind: str, detail: str) -> None:
+        self.events.append((kind, detail))
+        if kind == "gave-up":
+            self.done.set()
+
+
+def _run(stand: Stand, **options) -> list[str]:
+    dog = Watchdog(stand, interval_s=0.01, **options)
+    dog.start()
+    assert stand.done.wait(timeout=20), f"watchdog neither recovered nor gave up: {stand.events}"
+    time.sleep(0.05)
+    dog.stop(timeout_s=5)
+    return [kind for kind, _ in stand.events]
+
+
+def test_a_timeout_waiting_for_a_stuck_program_is_a_failed_try_not_a_dead_thread():
+    stand = Stand([subprocess.TimeoutExpired(["rclone"], 5)])
+    kinds = _run(stand)
+    assert kinds[:2] == ["dead", "restart-failed"] and stand.healthy
+
+
+def test_an_oserror_from_spawning_is_a_failed_try():
+    stand = Stand([OSError(12, "Cannot allocate memory")])
+    _run(stand)
+    assert ("restart-failed" in [k for k, _ in stand.events]) and stand.healthy
+    assert any("Cannot allocate memory" in detail for _, detail in stand.events)
+
+
+def test_an_oserror_from_the_health_check_leads_to_recovery():
+    stand = Stand([], health_failure=OSError(24, "Too many open files"))
+    kinds = _run(stand)
+    assert kinds[0] == "unresponsive" and stand.healthy
+
+
+def test_gives_up_after_max_restarts_and_says_so():
+    stand = Stand([subprocess.TimeoutExpired(["s3fs"], 5)] * 10)
+    kinds = _run(stand, max_restarts=3)
+    assert kinds[-1] == "gave-up" and not stand.healthy
+    assert kinds.count("restart-failed") == 3
+
+
+def test_an_unexpected_error_ends_the_thread_with_a_gave_up_event():
+    class Broken(Stand):
+        def report(self, kind: str, detail: str) -> None:
+            if kind == "dead":
+                raise RuntimeError("listener exploded")
+            super().report(kind, detail)
+
+    stand = Broken([])
+    kinds = _run(stand)
+    assert kinds == ["gave-up"] and "listener exploded" in stand.events[0][1]

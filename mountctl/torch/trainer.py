@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import warnings
 from dataclasses import asdict, dataclass
 from typing import Any, TextIO
 
@@ -20,6 +19,7 @@ from mountctl.s3env import S3Settings, resolve
 from mountctl.spec import parse_s3_uri
 
 from .manifest import check_shards_present, load_manifest
+from .notices import quiet_known_notices
 from .sources import check_source_choice, open_source
 
 __all__ = ["TrainConfig", "train", "default_precision", "default_num_workers", "ARCHITECTURES"]
@@ -131,13 +131,6 @@ def _summary(config: TrainConfig, manifest: Any, trainer: Any, source: Any, moni
     }
 
 
-def _quiet_known_warnings() -> None:
-    # The dataset shards itself over workers (plan.py), which is what these warn about.
-    warnings.filterwarnings("ignore", message=r".*IterableDataset.*has `__len__` defined.*")
-    warnings.filterwarnings("ignore", message=r".*does not have many workers.*")
-    warnings.filterwarnings("ignore", message=r".*`use_distributed_sampler`.*")
-
-
 def train(config: TrainConfig, *, settings: S3Settings | None = None, out: TextIO | None = None) -> dict[str, Any]:
     """Train as configured; return the summary (and print it as one JSON line on rank 0)."""
     from .checkpoint import CheckpointTarget
@@ -159,7 +152,7 @@ def train(config: TrainConfig, *, settings: S3Settings | None = None, out: TextI
     from .save_last import SaveLastCheckpoint
     from .throughput import ThroughputMonitor
 
-    _quiet_known_warnings()
+    quiet_known_notices()
     lightning.seed_everything(config.seed, verbose=False)
 
     with open_source(config.source_kind, config.uri, settings, backend=config.backend,

@@ -10,6 +10,7 @@ use this one module.
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import json
 import os
@@ -21,14 +22,15 @@ import string
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TextIO
 
 from . import paths
 from .errors import LocalS3Error
 from .s3env import S3Settings, remember_secret
 
-__all__ = ["LocalS3", "LocalS3Status", "DEFAULT_BUCKET", "sweep_stray_server_files"]
+__all__ = ["LocalS3", "LocalS3Status", "DEFAULT_BUCKET", "sweep_stray_server_files", "uri_or_embedded"]
 
 DEFAULT_BUCKET = "mountctl"
 REGION = "us-east-1"
@@ -390,3 +392,38 @@ class LocalS3:
         except OSError:
             return ""
         return " | ".join(t.strip() for t in text[-lines:] if t.strip())
+
+
+@contextlib.contextmanager
+def uri_or_embedded(uri: str | None, default_uri: str, *, out: TextIO | None = None) -> Iterator[str]:
+    """Yield ``uri`` when one is given; else ``default_uri`` on the embedded local S3.
+
+    Without a URI, a command (``resnet.py bench``, ``demo``) runs as ``scripts/bench.sh``
+    would: the server of ``$MOUNTCTL_HOME`` is started unless it runs, and stopped
+    again afterwards only if this started it; for the block, the AWS variables
+    point at it, as ``eval "$(mountctl local-s3 env)"`` does, so child processes use it too.
+    """
+    if uri is not None:
+        yield uri
+        return
+    from .spec import parse_s3_uri
+
+    out = out or sys.stderr
+    server = LocalS3()
+    started = not server.status().running
+    status = server.start(buckets=(parse_s3_uri(default_uri).bucket,))
+    print(f"no URI given: using {default_uri} on the embedded local S3 at {status.endpoint_url} "
+          f"({'started it; stopping it at the end' if started else 'already running'})", file=out, flush=True)
+    saved = {name: value for name, value in os.environ.items() if name.startswith("AWS_")}
+    wanted = {name: value for name, value in server.settings().child_env().items() if name.startswith("AWS_")}
+    try:
+        for name in saved.keys() - wanted.keys():
+            del os.environ[name]
+        os.environ.update(wanted)
+        yield default_uri
+    finally:
+        for name in wanted.keys() - saved.keys():
+            os.environ.pop(name, None)
+        os.environ.update(saved)
+        if started:
+            server.stop()

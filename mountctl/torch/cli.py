@@ -4,11 +4,14 @@ mount, s3torchconnector or s3fs.
     python resnet.py make s3://BUCKET/shard-data/ --num-images 50000
     python resnet.py train s3://BUCKET/shard-data/ --source-kind mountpoint --batch-size 256 --max-epochs 3
     python resnet.py bench s3://BUCKET/bench/ --quick
+    python resnet.py bench --quick
     python resnet.py bench s3://BUCKET/shard-data/ --source-kind s3io
     python resnet.py demo
 
 The endpoint and credentials come from the standard AWS environment; for the
-embedded local S3 run ``eval "$(mountctl local-s3 env)"`` first.
+embedded local S3 run ``eval "$(mountctl local-s3 env)"`` first.  ``bench`` and
+``demo`` without a URI use the embedded local S3 by themselves (starting it if
+it is not running, and stopping it again if they started it).
 """
 
 from __future__ import annotations
@@ -56,11 +59,14 @@ def _bench(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
+    from mountctl.local_s3 import uri_or_embedded
     from mountctl.torch.demo import DemoConfig, run_demo
 
-    rows = run_demo(DemoConfig(uri=args.uri, num_images=args.num_images, image_size=args.image_size,
-                               batch_size=args.batch_size, max_epochs=args.max_epochs,
-                               num_workers=args.num_workers, kinds=tuple(args.kinds)))
+    config = DemoConfig(uri=args.uri or DemoConfig.uri, num_images=args.num_images, image_size=args.image_size,
+                        batch_size=args.batch_size, max_epochs=args.max_epochs, num_workers=args.num_workers,
+                        kinds=tuple(args.kinds))
+    with uri_or_embedded(args.uri, DemoConfig.uri):
+        rows = run_demo(config)
     return 0 if all(row["status"] == 0 and row["summary"] for row in rows) else 1
 
 
@@ -113,7 +119,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench.set_defaults(func=_bench)
 
     demo = commands.add_parser("demo", help="make a small dataset, train with each source kind, compare images/s")
-    demo.add_argument("uri", nargs="?", default="s3://mountctl/demo-shards/")
+    demo.add_argument("uri", nargs="?", default=None,
+                      help="s3://bucket/prefix/ for the demo's dataset (default: s3://mountctl/demo-shards/ "
+                      "on the embedded local S3, started if it is not running)")
     demo.add_argument("--num-images", type=int, default=512)
     demo.add_argument("--image-size", type=int, default=64)
     demo.add_argument("--batch-size", type=int, default=32)

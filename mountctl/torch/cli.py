@@ -48,7 +48,8 @@ def _train(args: argparse.Namespace) -> int:
         max_steps=args.max_steps, num_workers=args.num_workers, precision=args.precision, backend=args.backend,
         mount_dir=args.mount_dir, devices=args.devices, strategy=args.strategy, accelerator=args.accelerator,
         checkpoint_dir=args.checkpoint_dir, resume=args.resume, seed=args.seed, lr=args.lr,
-        shuffle_buffer=args.shuffle_buffer, warmup_batches=args.warmup_batches, progress=not args.no_progress))
+        shuffle_buffer=args.shuffle_buffer, warmup_batches=args.warmup_batches, progress=not args.no_progress,
+        log_dir=args.log_dir))
     return 0
 
 
@@ -109,6 +110,8 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--shuffle-buffer", type=int, default=1000, help="samples in each reader's shuffle buffer")
     train.add_argument("--warmup-batches", type=int, default=5, help="batches per epoch left out of images/s")
     train.add_argument("--no-progress", action="store_true", help="no progress bar")
+    train.add_argument("--log-dir", default=None, help="write loss and img/s every 10 steps to "
+                       "DIR/version_N/metrics.csv (Lightning's CSVLogger); default: no metrics file")
     train.set_defaults(func=_train)
 
     bench = commands.add_parser("bench", help="every source kind side by side with the local-disk and raw-GET "

@@ -24,6 +24,8 @@ from .sources import check_source_choice, open_source
 
 __all__ = ["TrainConfig", "train", "default_precision", "default_num_workers", "ARCHITECTURES"]
 
+# With --log-dir, a metrics.csv row every this many steps (Lightning's default of 50 leaves short runs empty).
+_LOG_EVERY_N_STEPS = 10
 ARCHITECTURES = ("resnet18", "resnet34", "resnet50", "resnet101", "resnet152")  # torchvision names
 
 
@@ -63,6 +65,7 @@ class TrainConfig:
     warmup_batches: int = 5
     progress: bool = True
     arch: str = "resnet50"  # library-only knob; the CLI trains ResNet-50 as the published example does
+    log_dir: str | None = None  # Lightning's CSVLogger: DIR/version_N/metrics.csv (loss, img/s); None: no logger
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "uri", str(parse_s3_uri(self.uri)))
@@ -126,6 +129,7 @@ def _summary(config: TrainConfig, manifest: Any, trainer: Any, source: Any, moni
         "images_per_s": monitor.overall.get("images_per_s"),
         "resumed_from": facts["resumed_from"],
         "checkpoint": facts["checkpoint"],
+        "metrics_csv": facts["metrics_csv"],
         "ranks": _rank_report(trainer, source),  # a collective: every rank calls it
         "config": {k: v for k, v in asdict(config).items() if k not in ("uri", "progress")},
     }
@@ -146,6 +150,7 @@ def train(config: TrainConfig, *, settings: S3Settings | None = None, out: TextI
     num_workers = default_num_workers() if config.num_workers is None else config.num_workers
     # Lightning and torchvision load only now: a bad endpoint or dataset fails in a second.
     import lightning
+    from lightning.pytorch.loggers import CSVLogger
 
     from .datamodule import ShardDataModule
     from .model import ResNetClassifier
@@ -163,12 +168,13 @@ def train(config: TrainConfig, *, settings: S3Settings | None = None, out: TextI
         if saver is not None:
             callbacks.append(saver)
         plugin = target.plugin(settings) if target is not None else None
+        logger = CSVLogger(config.log_dir, name="") if config.log_dir else False
         trainer = lightning.Trainer(
             accelerator=config.accelerator, devices=config.devices, strategy=config.strategy, precision=precision,
             max_epochs=config.epochs_limit, max_steps=config.max_steps, callbacks=callbacks,
-            plugins=[plugin] if plugin is not None else None, logger=False, enable_checkpointing=False,
+            plugins=[plugin] if plugin is not None else None, logger=logger, enable_checkpointing=False,
             use_distributed_sampler=False, enable_progress_bar=config.progress, enable_model_summary=False,
-            num_sanity_val_steps=0)
+            num_sanity_val_steps=0, log_every_n_steps=_LOG_EVERY_N_STEPS)
         model = ResNetClassifier(manifest.num_classes, lr=config.learning_rate, arch=config.arch)
         data = ShardDataModule(manifest, source, batch_size=config.batch_size, num_workers=num_workers,
                                seed=config.seed, shuffle_buffer=config.shuffle_buffer,
@@ -176,7 +182,8 @@ def train(config: TrainConfig, *, settings: S3Settings | None = None, out: TextI
         trainer.fit(model, datamodule=data, ckpt_path=resume_from, weights_only=True)
         summary = _summary(config, manifest, trainer, source, monitor, num_workers=num_workers,
                            precision=precision, resumed_from=resume_from,
-                           checkpoint=target.last if saver is not None and saver.saves else None)
+                           checkpoint=target.last if saver is not None and saver.saves else None,
+                           metrics_csv=os.path.join(logger.log_dir, "metrics.csv") if logger else None)
     if trainer.is_global_zero:
         print(json.dumps(summary), file=out or sys.stdout, flush=True)
     return summary

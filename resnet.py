@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """ResNet-50 on WebDataset shards in S3: ``python resnet.py make|train|demo --help``.
 
-The command line lives in ``mountctl/torch/cli.py``; this file keeps the
+The command line lives in ``mountctl/pytorch/cli.py``; this file keeps the
 commands users know from the Mountpoint PyTorch example working as written.
 """
 

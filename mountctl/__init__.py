@@ -27,7 +27,7 @@ from .errors import (
 )
 from .handle import MountHandle
 from .health import Health, HealthState
-from .local_s3 import LocalS3
+from .local_s3 import LocalS3, uri_or_embedded
 from .mount import Mount
 from .redaction import redact
 from .resilient import open_resilient
@@ -49,6 +49,7 @@ __all__ = [
     "Health",
     "HealthState",
     "LocalS3",
+    "uri_or_embedded",
     "S3Settings",
     "S3Uri",
     "parse_s3_uri",

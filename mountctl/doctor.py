@@ -13,6 +13,7 @@ from . import paths
 from .backends import BACKENDS
 from .errors import MountctlError
 from .fusectl import force_clear
+from .local_s3 import sweep_stray_server_files
 from .mounttable import find_mount, read_mount_table
 from .probe import probe_path
 from .processes import process_alive
@@ -90,6 +91,7 @@ def cleanup() -> list[str]:
             clear_abandoned(mount_dir, registry.read(mount_dir), registry)
         cleared.append(f"abandoned mount {mount_dir} ({record.uri})")
     cleared += sweep_abandoned_workdirs()
+    cleared += [f"stray local S3 server file {path}" for path in sweep_stray_server_files()]
     managed = paths.managed_mounts_dir()
     for entry in read_mount_table():
         if entry.is_fuse and entry.mount_point.startswith(managed + os.sep):

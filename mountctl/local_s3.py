@@ -2,13 +2,15 @@
 
 One server per ``$MOUNTCTL_HOME``.  Its state lives in ``local-s3/`` there
 (0700): data, generated credentials (0600), the server's identities file
-(0600), the pid and ports of the running server, and its log.  The CLI
+(0600), the pid and ports of the running server, its output (``weed.log``) and
+weed's own rotated log files (``logs/``; weed would put them in /tmp).  The CLI
 (``mountctl local-s3 ...``), the Python API below and the pytest fixture all
 use this one module.
 """
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import json
 import os
@@ -20,8 +22,9 @@ import string
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TextIO
 
 from . import paths
 from .errors import LocalS3Error
@@ -31,7 +34,7 @@ from .redaction import remember_secret
 from .s3 import DEFAULT_REGION, S3Settings
 from .s3 import client as s3_client
 
-__all__ = ["LocalS3", "LocalS3Status", "DEFAULT_BUCKET"]
+__all__ = ["LocalS3", "LocalS3Status", "DEFAULT_BUCKET", "sweep_stray_server_files", "uri_or_embedded"]
 
 DEFAULT_BUCKET = "mountctl"
 REGION = DEFAULT_REGION
@@ -39,6 +42,10 @@ REGION = DEFAULT_REGION
 # offset SeaweedFS's own worker assumes when it dials the admin server.
 _COMPONENTS = ("master", "volume", "filer", "s3", "admin")
 _GRPC_OFFSET = 10000
+# Caps on the server's logs: weed rotates its own files in logs/ (per severity), and
+# weed.log (its stdout/stderr) is moved to weed.log.1 at a start once it is this big.
+_LOG_MAX_FILES = 3
+_LOG_MAX_SIZE_MB = 16
 
 
 @dataclass(frozen=True)
@@ -62,6 +69,72 @@ def _port_free(port: int) -> bool:
         except OSError:
             return False
     return True
+
+
+def _weed_running(pid: int) -> bool:
+    import psutil
+
+    try:
+        process = psutil.Process(pid)
+        return process.name().startswith("weed") and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def _socket_answers(path: str) -> bool:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.settimeout(1.0)
+        try:
+            probe.connect(path)
+        except OSError:
+            return False
+    return True
+
+
+def sweep_stray_server_files(tmp_dir: str | None = None) -> list[str]:
+    """Remove what a weed that is gone left in the temp dir, so ``mountctl cleanup`` clears it.
+
+    Older mountctl versions (and any weed started without ``-logdir``) write glog files
+    ``weed.<host>.<user>.log.<LEVEL>.<date>.<pid>`` and ``weed.<LEVEL>`` links there, and
+    weed's gRPC sockets ``seaweedfs-*.sock`` stay after a crash.  Only this user's files
+    whose weed is not running (or whose socket nobody answers) are removed.
+    """
+    # Go's os.TempDir(), where weed writes by default: $TMPDIR, else /tmp.
+    tmp_dir = tmp_dir or os.environ.get("TMPDIR") or "/tmp"
+    removed: list[str] = []
+    try:
+        names = sorted(os.listdir(tmp_dir))
+    except OSError:
+        return removed
+    uid = os.getuid()
+
+    def remove(path: str) -> None:
+        try:
+            os.unlink(path)
+            removed.append(path)
+        except FileNotFoundError:
+            pass
+
+    for name in names:
+        path = os.path.join(tmp_dir, name)
+        try:
+            info = os.lstat(path)
+        except FileNotFoundError:
+            continue
+        if info.st_uid != uid:
+            continue
+        if name.startswith("weed.") and ".log." in name and name.rsplit(".", 1)[-1].isdigit():
+            if not _weed_running(int(name.rsplit(".", 1)[-1])):
+                remove(path)
+        elif name.startswith("seaweedfs-") and name.endswith(".sock"):
+            if not _socket_answers(path):
+                remove(path)
+    for name in names:  # weed.INFO -> weed.<host>...<pid>: a link whose file is gone
+        path = os.path.join(tmp_dir, name)
+        if name.startswith("weed.") and os.path.islink(path) and not os.path.exists(path):
+            if os.lstat(path).st_uid == uid:
+                remove(path)
+    return removed
 
 
 def _free_port_pair() -> int:
@@ -178,7 +251,14 @@ class LocalS3:
         ports = self._choose_ports()
         data_dir = self._path("data")
         os.makedirs(data_dir, mode=0o700, exist_ok=True)
-        argv = [weed, "mini", f"-dir={data_dir}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
+        logs_dir = self._path("logs")
+        os.makedirs(logs_dir, mode=0o700, exist_ok=True)
+        self._cap_server_log()
+        # weed's glog files go to our logs/ dir (its default is /tmp), capped at a few
+        # small files per severity; only ERROR and above are echoed into weed.log.
+        argv = [weed, f"-logdir={logs_dir}", "-alsologtostderr=false", f"-log_max_files={_LOG_MAX_FILES}",
+                f"-log_max_size_mb={_LOG_MAX_SIZE_MB}",
+                "mini", f"-dir={data_dir}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
                 f"-s3.config={self._path('identities.json')}", "-webdav=false", "-master.telemetry=false",
                 "-s3.port.iceberg=0", "-s3.port.lance=0",
                 # Keep weed's unix sockets in our private dir instead of /tmp.
@@ -297,5 +377,47 @@ class LocalS3:
             except FileNotFoundError:
                 pass
 
+    def _cap_server_log(self) -> None:
+        try:
+            if os.path.getsize(self.log_path) > _LOG_MAX_SIZE_MB * 1024 * 1024:
+                os.replace(self.log_path, self.log_path + ".1")
+        except FileNotFoundError:
+            pass
+
     def _log_tail(self, lines: int = 5) -> str:
         return tail([self.log_path], lines, skip_prefix="")
+
+
+@contextlib.contextmanager
+def uri_or_embedded(uri: str | None, default_uri: str, *, out: TextIO | None = None) -> Iterator[str]:
+    """Yield ``uri`` when one is given; else ``default_uri`` on the embedded local S3.
+
+    Without a URI, a command (``resnet.py bench``, ``demo``) runs as ``scripts/bench.sh``
+    would: the server of ``$MOUNTCTL_HOME`` is started unless it runs, and stopped
+    again afterwards only if this started it; for the block, the AWS variables
+    point at it, as ``eval "$(mountctl local-s3 env)"`` does, so child processes use it too.
+    """
+    if uri is not None:
+        yield uri
+        return
+    from .s3 import parse_s3_uri
+
+    out = out or sys.stderr
+    server = LocalS3()
+    started = not server.status().running
+    status = server.start(buckets=(parse_s3_uri(default_uri).bucket,))
+    print(f"no URI given: using {default_uri} on the embedded local S3 at {status.endpoint_url} "
+          f"({'started it; stopping it at the end' if started else 'already running'})", file=out, flush=True)
+    saved = {name: value for name, value in os.environ.items() if name.startswith("AWS_")}
+    wanted = {name: value for name, value in server.settings().child_env().items() if name.startswith("AWS_")}
+    try:
+        for name in saved.keys() - wanted.keys():
+            del os.environ[name]
+        os.environ.update(wanted)
+        yield default_uri
+    finally:
+        for name in wanted.keys() - saved.keys():
+            os.environ.pop(name, None)
+        os.environ.update(saved)
+        if started:
+            server.stop()

@@ -1,15 +1,22 @@
 #!/usr/bin/env bash
 # Installs everything mountctl needs; safe to run again (each step checks first).
 #   Debian: fuse3 rclone s3fs     Python: .venv with requirements.txt + mountctl (editable)
+# Each stage it runs prints one line first, with how long it takes on a fresh machine (the
+# pip stage is silent for minutes); a run with nothing to do prints one line.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+did_something=0
+stage() {  # stage WHAT EXPECTED-DURATION
+  did_something=1
+  echo "setup: $1 (expect $2 on a fresh machine)"
+}
 
 need_apt=()
 command -v fusermount3 >/dev/null || need_apt+=(fuse3)
 command -v rclone >/dev/null || need_apt+=(rclone)
 command -v s3fs >/dev/null || need_apt+=(s3fs)
 if [ ${#need_apt[@]} -gt 0 ]; then
-  echo "setup: installing Debian packages: ${need_apt[*]}"
+  stage "installing Debian packages: ${need_apt[*]}" "about 1 min"
   sudo_cmd=""
   [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
   $sudo_cmd apt-get update -qq
@@ -18,18 +25,23 @@ fi
 
 python=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
-  echo "setup: creating .venv"
+  stage "creating .venv" "a few seconds"
   "$python" -m venv .venv
 fi
 # Reinstall only when requirements.txt changed since the last successful install.
 stamp=.venv/.requirements.sha256
 want=$(sha256sum requirements.txt pyproject.toml | sha256sum | cut -d' ' -f1)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
-  echo "setup: installing pinned Python packages (torch and torchvision are a few GB the first time)"
+  stage "installing pinned Python packages; torch and torchvision are a few GB" "4-6 min"
   .venv/bin/pip install -q --disable-pip-version-check -r requirements.txt 2>&1 | grep -v "is ignored" || true
   .venv/bin/pip install -q --disable-pip-version-check --no-deps -e . 2>&1 | grep -v "is ignored" || true
+  stage "checking that the packages import" "5-20 s"
   .venv/bin/python -c "import mountctl, torch, torchvision, lightning, webdataset, s3torchconnector, s3fs" \
     || { echo "setup: the Python packages did not install; see the pip output above" >&2; exit 1; }
   echo "$want" > "$stamp"
 fi
-echo "setup: ready (.venv/bin/mountctl, .venv/bin/python resnet.py)"
+if [ "$did_something" = 1 ]; then
+  echo "setup: ready after $((SECONDS / 60)) min $((SECONDS % 60)) s (.venv/bin/mountctl, .venv/bin/python resnet.py)"
+else
+  echo "setup: ready, everything already up to date (.venv/bin/mountctl, .venv/bin/python resnet.py)"
+fi

@@ -7,6 +7,7 @@ not installed (it is not in the registries these machines reach).
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
@@ -60,8 +61,33 @@ def local_s3():
     except Exception as exc:
         missing(f"the local S3 server cannot start: {exc}")
     server.start()
+    pid, ports = server.status().pid, server_ports(server)
     yield server
     server.stop()
+    left = server_files_in_tmp(pid, ports)
+    assert not left, f"the local S3 server left files in the temp dir: {left}"
+
+
+def server_ports(server: LocalS3) -> list[int]:
+    with open(os.path.join(server.dir, "server.json")) as f:
+        ports = json.load(f)["ports"].values()
+    return [number for port in ports for number in (port, port + 10000)]  # HTTP and gRPC
+
+
+def server_files_in_tmp(pid: int, ports: list[int], tmp_dir: str = "/tmp") -> list[str]:
+    """What the weed with this pid and these ports wrote to the temp dir: glog files named
+    by its pid, the weed.<LEVEL> links to them, gRPC sockets named by its ports.  Other weeds
+    running beside this session (another checkout's tests) do not count."""
+    found = []
+    for name in os.listdir(tmp_dir):
+        path = os.path.join(tmp_dir, name)
+        if name.startswith("weed."):
+            target = os.readlink(path) if os.path.islink(path) else name
+            if target.endswith(f".{pid}"):
+                found.append(name)
+        elif name.startswith("seaweedfs-") and any(name.endswith(f"-{port}.sock") for port in ports):
+            found.append(name)
+    return sorted(found)
 
 
 def pytest_sessionfinish(session, exitstatus):

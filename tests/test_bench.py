@@ -100,6 +100,12 @@ def test_bench_command_accepts_quick_and_gpu():
     assert config.train_precision == "16-mixed"
 
 
+def test_bench_and_demo_need_no_uri():
+    """Without one they use the embedded local S3 (tests/test_local_s3_files.py checks that part)."""
+    assert build_parser().parse_args(["bench", "--quick"]).uri is None
+    assert build_parser().parse_args(["demo"]).uri is None
+
+
 def test_a_bad_sweep_fails_before_anything_runs():
     with pytest.raises(InvalidSpec, match="accelerator"):
         preset("quick", uri="s3://bucket/p/", accelerator="tpu")

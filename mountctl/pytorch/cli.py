@@ -4,11 +4,14 @@ mount, s3torchconnector or s3fs.
     python resnet.py make s3://BUCKET/shard-data/ --num-images 50000
     python resnet.py train s3://BUCKET/shard-data/ --source-kind mountpoint --batch-size 256 --max-epochs 3
     python resnet.py bench s3://BUCKET/bench/ --quick
+    python resnet.py bench --quick
     python resnet.py bench s3://BUCKET/shard-data/ --source-kind s3io
     python resnet.py demo
 
 The endpoint and credentials come from the standard AWS environment; for the
-embedded local S3 run ``eval "$(mountctl local-s3 env)"`` first.
+embedded local S3 run ``eval "$(mountctl local-s3 env)"`` first.  ``bench`` and
+``demo`` without a URI use the embedded local S3 by themselves (starting it if
+it is not running, and stopping it again if they started it).
 """
 
 from __future__ import annotations
@@ -44,7 +47,8 @@ def _train(args: argparse.Namespace) -> int:
         max_steps=args.max_steps, num_workers=args.num_workers, precision=args.precision, backend=args.backend,
         mount_dir=args.mount_dir, devices=args.devices, strategy=args.strategy, accelerator=args.accelerator,
         checkpoint_dir=args.checkpoint_dir, resume=args.resume, seed=args.seed, lr=args.lr,
-        shuffle_buffer=args.shuffle_buffer, warmup_batches=args.warmup_batches, progress=not args.no_progress))
+        shuffle_buffer=args.shuffle_buffer, warmup_batches=args.warmup_batches, progress=not args.no_progress,
+        log_dir=args.log_dir))
     return 0
 
 
@@ -55,11 +59,14 @@ def _bench(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
+    from mountctl import uri_or_embedded
     from mountctl.pytorch.demo import DemoConfig, run_demo
 
-    rows = run_demo(DemoConfig(uri=args.uri, num_images=args.num_images, image_size=args.image_size,
-                               batch_size=args.batch_size, max_epochs=args.max_epochs,
-                               num_workers=args.num_workers, kinds=tuple(args.kinds)))
+    config = DemoConfig(uri=args.uri or DemoConfig.uri, num_images=args.num_images, image_size=args.image_size,
+                        batch_size=args.batch_size, max_epochs=args.max_epochs, num_workers=args.num_workers,
+                        kinds=tuple(args.kinds))
+    with uri_or_embedded(args.uri, DemoConfig.uri):
+        rows = run_demo(config)
     return 0 if all(row["status"] == 0 and row["summary"] for row in rows) else 1
 
 
@@ -102,6 +109,8 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--shuffle-buffer", type=int, default=1000, help="samples in each reader's shuffle buffer")
     train.add_argument("--warmup-batches", type=int, default=5, help="batches per epoch left out of images/s")
     train.add_argument("--no-progress", action="store_true", help="no progress bar")
+    train.add_argument("--log-dir", default=None, help="write loss and img/s every 10 steps to "
+                       "DIR/version_N/metrics.csv (Lightning's CSVLogger); default: no metrics file")
     train.set_defaults(func=_train)
 
     bench = commands.add_parser("bench", help="every source kind side by side with the local-disk and raw-GET "
@@ -112,7 +121,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench.set_defaults(func=_bench)
 
     demo = commands.add_parser("demo", help="make a small dataset, train with each source kind, compare images/s")
-    demo.add_argument("uri", nargs="?", default="s3://mountctl/demo-shards/")
+    demo.add_argument("uri", nargs="?", default=None,
+                      help="s3://bucket/prefix/ for the demo's dataset (default: s3://mountctl/demo-shards/ "
+                      "on the embedded local S3, started if it is not running)")
     demo.add_argument("--num-images", type=int, default=512)
     demo.add_argument("--image-size", type=int, default=64)
     demo.add_argument("--batch-size", type=int, default=32)

@@ -81,11 +81,9 @@ def first_sample_cell(manifest: Manifest, source: Any) -> dict[str, Any]:
 
 def _quiet_lightning() -> None:
     import logging
-    import warnings
 
     # One Trainer per cell: its banner and tips would bury the progress bar.
     logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)
-    warnings.filterwarnings("ignore", message=r".*LeafSpec.*is deprecated.*")
 
 
 def train_cell(uri: str, settings: S3Settings, *, kind: str, backend: str, batch_size: int, num_workers: int,
@@ -112,11 +110,11 @@ def ceiling_cell(manifest: Manifest, *, batch_size: int, steps: int, warmup_step
     import lightning
     import torch
 
+    from mountctl.pytorch.notices import quiet_known_notices
     from mountctl.pytorch.training.model import ResNetClassifier
     from mountctl.pytorch.training.throughput import ThroughputMonitor
-    from mountctl.pytorch.training.trainer import _quiet_known_warnings
 
-    _quiet_known_warnings()
+    quiet_known_notices()
     _quiet_lightning()
     device = torch.device("cuda" if accelerator == "gpu" else "cpu")
     size, total = manifest.image_size, steps + warmup_steps

@@ -14,7 +14,9 @@ from mountctl import BACKEND_NAMES, InvalidSpec
 from mountctl.pytorch.benchmark.config import ACCELERATORS, PRESETS
 from mountctl.pytorch.data.sources import SOURCE_KINDS
 
-__all__ = ["add_bench_arguments", "run_bench"]
+__all__ = ["add_bench_arguments", "run_bench", "DEFAULT_URI"]
+
+DEFAULT_URI = "s3://mountctl/bench/"  # on the embedded local S3, as scripts/bench.sh uses it
 
 
 def _counts(text: str) -> tuple[int, ...]:
@@ -29,7 +31,9 @@ def _words(text: str) -> tuple[str, ...]:
 
 
 def add_bench_arguments(bench: argparse.ArgumentParser) -> None:
-    bench.add_argument("uri", help="s3://bucket/prefix/: the sweep makes (or reuses) its datasets under it; "
+    bench.add_argument("uri", nargs="?", default=None,
+                       help="s3://bucket/prefix/: the sweep makes (or reuses) its datasets under it "
+                       f"(default: {DEFAULT_URI} on the embedded local S3, started if it is not running); "
                        "with --source-kind, a dataset written by `make`")
     bench.add_argument("--quick", action="store_true", help="a reduced sweep: one dataset, 2 workers")
     bench.add_argument("--preset", choices=list(PRESETS), default=None, help="sweep preset (--quick = quick)")
@@ -71,19 +75,23 @@ def _single(args: argparse.Namespace) -> int:
 
 def run_bench(args: argparse.Namespace) -> int:
     if args.source_kind is not None:
+        if args.uri is None:
+            raise InvalidSpec("with --source-kind, give the URI of a dataset written by `resnet.py make`")
         return _single(args)
+    from mountctl import uri_or_embedded
     from mountctl.pytorch.benchmark.config import preset
     from mountctl.pytorch.benchmark.report import markdown, write_report
     from mountctl.pytorch.benchmark.sweep import run_sweep
 
     overrides: dict[str, Any] = {
-        "uri": args.uri, "num_workers": args.num_workers, "shard_sizes": args.shard_sizes,
+        "uri": args.uri or DEFAULT_URI, "num_workers": args.num_workers, "shard_sizes": args.shard_sizes,
         "dataset_sizes": args.dataset_sizes, "image_size": args.image_size, "batch_size": args.batch_size,
         "loader_kinds": args.kinds, "backends": args.backends, "train_steps": args.train_steps,
         "accelerator": args.accelerator, "out": args.out, "progress": not args.no_progress, "seed": args.seed,
         "train": False if args.no_train else None}
-    config = preset(args.preset or ("quick" if args.quick else "full"), **overrides)
-    result = run_sweep(config)
+    config = preset(args.preset or ("quick" if args.quick else "full"), **overrides)  # bad input fails here
+    with uri_or_embedded(args.uri, DEFAULT_URI):
+        result = run_sweep(config)
     paths = write_report(result, config.out)
     print(markdown(result))
     print("wrote " + ", ".join(paths.values()), flush=True)

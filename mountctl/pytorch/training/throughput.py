@@ -56,7 +56,7 @@ class ThroughputMonitor(lightning.Callback):
         self._data_epochs.add(int(batch["epoch"]))
         rate = rate_after_warmup(self._marks, self._sizes, self.warmup_batches).images_per_s
         if rate is not None:
-            pl_module.log("img/s", rate * trainer.world_size, prog_bar=True, logger=False)
+            pl_module.log("img/s", rate * trainer.world_size, prog_bar=True)  # also to --log-dir's metrics.csv
 
     def on_train_epoch_end(self, trainer: lightning.Trainer, pl_module: lightning.LightningModule) -> None:
         self._marks[-1] = self._now(pl_module)

@@ -11,16 +11,18 @@ from __future__ import annotations
 import json
 import os
 import sys
-import warnings
 from dataclasses import asdict, dataclass
 from typing import Any, TextIO
 
 from mountctl import InvalidSpec, S3Settings, parse_s3_uri, resolve
 from mountctl.pytorch.data.manifest import check_shards_present, load_manifest
 from mountctl.pytorch.data.sources import check_source_choice, open_source
+from mountctl.pytorch.notices import quiet_known_notices
 
 __all__ = ["TrainConfig", "train", "default_precision", "default_num_workers", "ARCHITECTURES"]
 
+# With --log-dir, a metrics.csv row every this many steps (Lightning's default of 50 leaves short runs empty).
+_LOG_EVERY_N_STEPS = 10
 ARCHITECTURES = ("resnet18", "resnet34", "resnet50", "resnet101", "resnet152")  # torchvision names
 
 
@@ -60,6 +62,7 @@ class TrainConfig:
     warmup_batches: int = 5
     progress: bool = True
     arch: str = "resnet50"  # library-only knob; the CLI trains ResNet-50 as the published example does
+    log_dir: str | None = None  # Lightning's CSVLogger: DIR/version_N/metrics.csv (loss, img/s); None: no logger
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "uri", str(parse_s3_uri(self.uri)))
@@ -123,16 +126,10 @@ def _summary(config: TrainConfig, manifest: Any, trainer: Any, source: Any, moni
         "images_per_s": monitor.overall.get("images_per_s"),
         "resumed_from": facts["resumed_from"],
         "checkpoint": facts["checkpoint"],
+        "metrics_csv": facts["metrics_csv"],
         "ranks": _rank_report(trainer, source),  # a collective: every rank calls it
         "config": {k: v for k, v in asdict(config).items() if k not in ("uri", "progress")},
     }
-
-
-def _quiet_known_warnings() -> None:
-    # The dataset shards itself over workers (plan.py), which is what these warn about.
-    warnings.filterwarnings("ignore", message=r".*IterableDataset.*has `__len__` defined.*")
-    warnings.filterwarnings("ignore", message=r".*does not have many workers.*")
-    warnings.filterwarnings("ignore", message=r".*`use_distributed_sampler`.*")
 
 
 def train(config: TrainConfig, *, settings: S3Settings | None = None, out: TextIO | None = None) -> dict[str, Any]:
@@ -150,13 +147,14 @@ def train(config: TrainConfig, *, settings: S3Settings | None = None, out: TextI
     num_workers = default_num_workers() if config.num_workers is None else config.num_workers
     # Lightning and torchvision load only now: a bad endpoint or dataset fails in a second.
     import lightning
+    from lightning.pytorch.loggers import CSVLogger
 
     from mountctl.pytorch.data.datamodule import ShardDataModule
     from mountctl.pytorch.training.model import ResNetClassifier
     from mountctl.pytorch.training.save_last import SaveLastCheckpoint
     from mountctl.pytorch.training.throughput import ThroughputMonitor
 
-    _quiet_known_warnings()
+    quiet_known_notices()
     lightning.seed_everything(config.seed, verbose=False)
 
     with open_source(config.source_kind, config.uri, settings, backend=config.backend,
@@ -167,13 +165,14 @@ def train(config: TrainConfig, *, settings: S3Settings | None = None, out: TextI
         if saver is not None:
             callbacks.append(saver)
         plugin = target.plugin(settings) if target is not None else None
+        logger: CSVLogger | None = CSVLogger(config.log_dir, name="") if config.log_dir else None
         trainer = lightning.Trainer(
             accelerator=config.accelerator, devices=config.devices, strategy=config.strategy,
             precision=precision,  # type: ignore[arg-type]  # one of PRECISIONS, checked by the CLI
             max_epochs=config.epochs_limit, max_steps=config.max_steps, callbacks=callbacks,
-            plugins=[plugin] if plugin is not None else None, logger=False, enable_checkpointing=False,
+            plugins=[plugin] if plugin is not None else None, logger=logger or False, enable_checkpointing=False,
             use_distributed_sampler=False, enable_progress_bar=config.progress, enable_model_summary=False,
-            num_sanity_val_steps=0)
+            num_sanity_val_steps=0, log_every_n_steps=_LOG_EVERY_N_STEPS)
         model = ResNetClassifier(manifest.num_classes, lr=config.learning_rate, arch=config.arch)
         data = ShardDataModule(manifest, source, batch_size=config.batch_size, num_workers=num_workers,
                                seed=config.seed, shuffle_buffer=config.shuffle_buffer,
@@ -181,7 +180,8 @@ def train(config: TrainConfig, *, settings: S3Settings | None = None, out: TextI
         trainer.fit(model, datamodule=data, ckpt_path=resume_from, weights_only=True)
         summary = _summary(config, manifest, trainer, source, monitor, num_workers=num_workers,
                            precision=precision, resumed_from=resume_from,
-                           checkpoint=target.last if target is not None and saver is not None and saver.saves else None)
+                           checkpoint=target.last if target is not None and saver is not None and saver.saves else None,
+                           metrics_csv=os.path.join(logger.log_dir, "metrics.csv") if logger is not None else None)
     if trainer.is_global_zero:
         print(json.dumps(summary), file=out or sys.stdout, flush=True)
     return summary

@@ -1,0 +1,36 @@
+"""`resnet.py train --log-dir DIR` keeps loss and images/s over time in Lightning's metrics.csv."""
+
+from __future__ import annotations
+
+import csv
+
+from mountctl.pytorch.cli import main
+
+from torch_support import last_json_line, make_tiny_dataset
+
+
+def test_log_dir_gets_a_metrics_csv_with_loss_and_images_per_second(s3_env, bucket, tmp_path, capsys):
+    uri = f"s3://{bucket}/data/"
+    make_tiny_dataset(uri, num_images=96)  # 12 steps of 8: rows at steps 10 and after
+    status = main(["train", uri, "--source-kind", "s3io", "--batch-size", "8", "--num-workers", "0",
+                   "--precision", "32", "--warmup-batches", "1", "--no-progress", "--log-dir", str(tmp_path / "runs")])
+    out, err = capsys.readouterr()
+    assert status == 0, err[-3000:]
+    summary = last_json_line(out)
+    assert summary["metrics_csv"] == str(tmp_path / "runs" / "version_0" / "metrics.csv")
+    with open(summary["metrics_csv"], newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert rows and {"step", "epoch", "loss", "img/s"} <= set(rows[0])
+    assert float(rows[-1]["loss"]) > 0 and float(rows[-1]["img/s"]) > 0
+
+
+def test_without_log_dir_nothing_is_written(s3_env, bucket, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    uri = f"s3://{bucket}/data/"
+    make_tiny_dataset(uri, num_images=16)
+    status = main(["train", uri, "--source-kind", "s3io", "--batch-size", "8", "--num-workers", "0",
+                   "--precision", "32", "--no-progress"])
+    out, err = capsys.readouterr()
+    assert status == 0, err[-3000:]
+    assert last_json_line(out)["metrics_csv"] is None
+    assert list(tmp_path.iterdir()) == []

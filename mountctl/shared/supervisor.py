@@ -101,7 +101,7 @@ def _remove_when_waiters_left(registry: Registry, mount_dir: str, stop: threadin
     while time.monotonic() - started < FAILED_RECORD_KEPT_S and not stop.is_set():
         record = registry.read(mount_dir)
         # A pinned request (`mountctl mount`) has no holder to wait for: give it a moment to read.
-        waited_enough = time.monotonic() - started > FAILED_RECORD_MIN_S
+        waited_enough = not record.pinned or time.monotonic() - started > FAILED_RECORD_MIN_S if record else True
         if record is None or (waited_enough and not any(process_alive(h) for h in record.holders)):
             break
         time.sleep(0.05)

@@ -88,12 +88,7 @@ class MountS3(Backend):
             if spec.cache_size_mb:
                 argv += ["--max-cache-size", str(spec.cache_size_mb)]
         argv += ["--metadata-ttl", str(int(spec.metadata_ttl_s))]
-        if spec.uid is not None:
-            argv += ["--uid", str(spec.uid)]
-        if spec.gid is not None:
-            argv += ["--gid", str(spec.gid)]
-        if spec.allow_other:
-            argv.append("--allow-other")
+        argv += _ownership_flags(spec)
         if not settings.has_credentials:
             argv.append("--no-sign-request")
         return argv + self._extra(spec)
@@ -123,12 +118,7 @@ class Rclone(Backend):
             argv += ["--vfs-cache-mode", "full", "--cache-dir", os.path.join(spec.cache_dir or workdir, "rclone-cache")]
             if spec.cache_size_mb:
                 argv += ["--vfs-cache-max-size", f"{spec.cache_size_mb}M"]
-        if spec.uid is not None:
-            argv += ["--uid", str(spec.uid)]
-        if spec.gid is not None:
-            argv += ["--gid", str(spec.gid)]
-        if spec.allow_other:
-            argv.append("--allow-other")
+        argv += _ownership_flags(spec)
         return argv + self._extra(spec)
 
     def environment(self, spec: MountSpec, settings: S3Settings, workdir: str) -> dict[str, str]:
@@ -207,6 +197,18 @@ class S3fsFuse(Backend):
 
     def owns(self, entry: MountEntry) -> bool:
         return entry.fs_type == "fuse.s3fs"
+
+
+def _ownership_flags(spec: MountSpec) -> list[str]:
+    """``--uid N --gid N --allow-other``: the spelling mount-s3 and rclone share."""
+    flags = []
+    if spec.uid is not None:
+        flags += ["--uid", str(spec.uid)]
+    if spec.gid is not None:
+        flags += ["--gid", str(spec.gid)]
+    if spec.allow_other:
+        flags.append("--allow-other")
+    return flags
 
 
 def _seconds(value: float) -> str:

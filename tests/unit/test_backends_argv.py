@@ -78,3 +78,16 @@ def test_a_missing_program_names_itself_and_how_to_install_it(monkeypatch):
     with pytest.raises(BackendNotFound, match="apt-get install s3fs") as info:
         choose_backend("s3fs")
     assert info.value.program == "s3fs"
+
+
+@pytest.mark.parametrize("backend", [MountS3(), Rclone()], ids=lambda b: b.name)
+def test_ownership_and_sharing_flags(backend, tmp_path):
+    argv = backend.command(_spec(uid=1000, gid=100, allow_other=True), LOCAL, str(tmp_path))
+    assert argv[argv.index("--uid") + 1] == "1000" and argv[argv.index("--gid") + 1] == "100"
+    assert "--allow-other" in argv
+    assert "--allow-other" not in backend.command(_spec(), LOCAL, str(tmp_path))
+
+
+def test_s3fs_spells_ownership_as_options(tmp_path):
+    options = S3fsFuse().command(_spec(uid=1000, gid=100, allow_other=True), LOCAL, str(tmp_path))[-1].split(",")
+    assert {"uid=1000", "gid=100", "allow_other"} <= set(options)

@@ -146,16 +146,21 @@ class S3Settings:
                 env.pop("AWS_SESSION_TOKEN", None)
         return env
 
-    def export_to_environ(self) -> None:
-        """Make this process's standard chain say what these settings say.
+    def export_credentials_to_environ(self) -> None:
+        """Make this process's credential chain yield these settings' keys.
 
-        s3torchconnector takes no keys as arguments, only the standard chain, so the
-        route that uses it writes the resolved settings here (never on a command line).
+        s3torchconnector takes endpoint and region as arguments but keys only from the
+        standard chain, so the route that uses it writes the resolved keys here (never on
+        a command line).  Endpoint and region variables are left alone.
         """
-        wanted = self.child_env()
-        for name in [n for n in os.environ if n.startswith("AWS_") and n not in wanted]:
-            del os.environ[name]
-        os.environ.update({k: v for k, v in wanted.items() if k.startswith("AWS_")})
+        if not self.has_credentials:
+            return  # anonymous, or an instance role the connector finds itself
+        for name in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_SESSION_TOKEN"):
+            os.environ.pop(name, None)
+        os.environ["AWS_ACCESS_KEY_ID"] = self.access_key_id or ""
+        os.environ["AWS_SECRET_ACCESS_KEY"] = self.secret_access_key or ""
+        if self.session_token:
+            os.environ["AWS_SESSION_TOKEN"] = self.session_token
 
     def s3fs_options(self) -> dict[str, Any]:
         """Keyword arguments for ``s3fs.S3FileSystem`` (fsspec)."""
@@ -176,7 +181,7 @@ class S3Settings:
         """Keyword arguments for s3torchconnector's datasets, checkpoints and DCP (call in the process that uses them)."""
         from s3torchconnector import S3ClientConfig
 
-        self.export_to_environ()
+        self.export_credentials_to_environ()
         return {"region": self.region, "endpoint": self.endpoint_url,
                 "s3client_config": S3ClientConfig(force_path_style=self.path_style)}
 

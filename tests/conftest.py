@@ -44,8 +44,8 @@ def require_fuse() -> None:
 
 @pytest.fixture(autouse=True)
 def _aws_environment_restored():
-    """The s3io route writes resolved settings into the process environment (s3torchconnector reads
-    only the standard chain): undo that after every test so one test's server never leaks into another."""
+    """The s3io route writes resolved keys into the process environment (s3torchconnector reads keys
+    only from the standard chain): undo that after every test so one test's server never leaks into another."""
     saved = {k: v for k, v in os.environ.items() if k.startswith("AWS_")}
     yield
     for name in [n for n in os.environ if n.startswith("AWS_")]:

@@ -47,13 +47,19 @@ def test_make_uses_the_settings_of_each_call():
     assert synthetic._client(B).meta.endpoint_url == "http://127.0.0.1:2002"
 
 
-def test_export_makes_the_standard_chain_say_the_settings(monkeypatch):
+def test_export_makes_the_credential_chain_yield_the_settings_keys(monkeypatch):
     monkeypatch.setattr(os, "environ", os.environ.copy())  # the export changes this process's environment
     monkeypatch.setenv("AWS_PROFILE", "elsewhere")
     monkeypatch.setenv("AWS_SESSION_TOKEN", "stale")
-    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"):
-        monkeypatch.delenv(name, raising=False)
-    B.export_to_environ()
-    assert os.environ["AWS_ACCESS_KEY_ID"] == "AKB" and os.environ["AWS_ENDPOINT_URL"] == "http://127.0.0.1:2002"
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://left-alone:1")
+    B.export_credentials_to_environ()
+    assert (os.environ["AWS_ACCESS_KEY_ID"], os.environ["AWS_SECRET_ACCESS_KEY"]) == ("AKB", "sb")
     assert "AWS_PROFILE" not in os.environ and "AWS_SESSION_TOKEN" not in os.environ
-    assert s3.resolve() == S3Settings(**{**B.__dict__, "profile": None})
+    assert os.environ["AWS_ENDPOINT_URL"] == "http://left-alone:1"
+
+
+def test_anonymous_settings_leave_the_chain_alone(monkeypatch):
+    monkeypatch.setattr(os, "environ", os.environ.copy())
+    monkeypatch.setenv("AWS_PROFILE", "role")
+    S3Settings(endpoint_url=None, region="us-east-1").export_credentials_to_environ()
+    assert os.environ["AWS_PROFILE"] == "role"

@@ -264,8 +264,16 @@ def client(settings: S3Settings, *, connect_timeout: float = 5, read_timeout: fl
 
 def _new_client(settings: S3Settings, connect_timeout: float, read_timeout: float, retries: int) -> Any:
     import boto3
+    import botocore.session
     from botocore.config import Config
 
+    if settings.has_credentials:
+        # The keys are resolved already: a profile named in AWS_PROFILE must not be read again
+        # (a missing one would fail the client even though it is not needed).
+        session = boto3.session.Session(botocore_session=botocore.session.Session(
+            session_vars={"profile": (None, None, None, None)}))
+    else:
+        session = boto3.session.Session(profile_name=settings.profile)
     config = Config(
         region_name=settings.region,
         connect_timeout=connect_timeout,
@@ -274,7 +282,7 @@ def _new_client(settings: S3Settings, connect_timeout: float, read_timeout: floa
         s3={"addressing_style": "path" if settings.path_style else "auto"},
         max_pool_connections=32,
     )
-    return boto3.client("s3", endpoint_url=settings.endpoint_url, aws_access_key_id=settings.access_key_id,
+    return session.client("s3", endpoint_url=settings.endpoint_url, aws_access_key_id=settings.access_key_id,
                         aws_secret_access_key=settings.secret_access_key, aws_session_token=settings.session_token,
                         config=config)
 

@@ -63,3 +63,12 @@ def test_anonymous_settings_leave_the_chain_alone(monkeypatch):
     monkeypatch.setenv("AWS_PROFILE", "role")
     S3Settings(endpoint_url=None, region="us-east-1").export_credentials_to_environ()
     assert os.environ["AWS_PROFILE"] == "role"
+
+
+def test_a_missing_profile_named_in_the_environment_does_not_break_resolved_keys(monkeypatch, tmp_path):
+    monkeypatch.setenv("AWS_PROFILE", "no-such-profile")
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    keyed = S3Settings(endpoint_url="http://127.0.0.1:3003", region="us-east-1", access_key_id="AKC",
+                       secret_access_key="sc")
+    assert s3.client(keyed).meta.endpoint_url == "http://127.0.0.1:3003"

@@ -49,6 +49,7 @@ class SweepConfig:
     get_threads: int = 8
     # The bytes path (tar walk, no decode) and 64 KiB random reads, per route, epochs 1 and 2.
     bytes_cells: bool = True
+    loader_cells: bool = True  # False (--bytes-only): no first-sample or loader cells
     bytes_readers: tuple[int, ...] = (1, 4)
     random_reads: int = 400
     get_part_size: str = "8MB"

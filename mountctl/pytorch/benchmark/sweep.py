@@ -114,7 +114,7 @@ def _dataset_cells(run: _Run, spec: DatasetSpec, manifest: Manifest, scratch: st
     run.cell({"cell": "raw-get", "source": "boto3 GET", **base}, get)
     opened: list[tuple[dict[str, Any], Any, int | None]] = []
     with contextlib.ExitStack() as stack:
-        for label, kind, backend in [(LOCAL, LOCAL, "-"), *source_plan(config)]:
+        for label, kind, backend in [(LOCAL, LOCAL, "-"), *source_plan(config)] if config.loader_cells else []:
             head = {"source": label, "kind": kind, "backend": backend, **base}
             try:
                 source, open_s = stack.enter_context(_opened(kind, uri, settings, backend, local))
@@ -233,7 +233,7 @@ def run_sweep(config: SweepConfig, *, settings: S3Settings | None = None) -> dic
     train_manifest = _ensure_dataset(config, settings, config.train_dataset) if config.train else None
     sources = len(source_plan(config))
     routes = len(bytes_routes(config.loader_kinds, config.backends or installed_backends()))
-    per_dataset = 1 + (sources + 1) * (1 + len(config.num_workers) * len(EPOCHS))
+    per_dataset = 1 + ((sources + 1) * (1 + len(config.num_workers) * len(EPOCHS)) if config.loader_cells else 0)
     per_dataset += routes * (len(config.bytes_readers) * len(EPOCHS) + 1) if config.bytes_cells else 0
     total = len(manifests) * per_dataset + ((1 + sources * len(EPOCHS)) if config.train else 0)
     scratch = tempfile.mkdtemp(prefix="mountctl-bench-")

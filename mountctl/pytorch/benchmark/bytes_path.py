@@ -121,6 +121,10 @@ class _TarWalk(IterableDataset):
 def bytes_cell(manifest: Manifest, source: Any, *, readers: int, program_pid: int | None = None
                ) -> dict[str, Any]:
     """One pass over every shard by ``readers`` processes, tar walk only."""
+    import warnings
+
+    # More readers than cores is a point of the sweep, not a mistake.
+    warnings.filterwarnings("ignore", message=r".*suggested max number of worker.*")
     walk = _TarWalk(source, [(s.name, s.bytes) for s in manifest.shards])
     loader: DataLoader[Any] = DataLoader(walk, batch_size=None, num_workers=readers, timeout=BATCH_TIMEOUT_S)
     with ResourceMonitor(program_pid) as monitor:

@@ -133,7 +133,9 @@ def _chart(result: dict[str, Any], path: str) -> None:
           "ResNet-50 training, epochs 1 and 2 (synthetic on device: the ceiling)")
     if moved:
         _bars(axes[2], moved, lambda c: f"{c['source']}\n{c['variant']} r={c['readers']}", "mb_per_s", "MB/s",
-              "Bytes path (tar walk, no decode), epochs 1 and 2; raw GET is the S3 limit")
+              "Bytes path (tar walk, no decode), epochs 1 and 2; dashed: the parallel ranged GET limit")
+        for limit in (c for c in ok if c["cell"] == "raw-get"):
+            axes[2].axhline(limit["mb_per_s"], color="grey", linestyle="--", linewidth=1)
     figure.tight_layout()
     figure.savefig(path, dpi=100)
     plt.close(figure)

@@ -136,6 +136,15 @@ def test_bench_command_accepts_quick_and_gpu():
     assert config.train_precision == "16-mixed"
 
 
+def test_bench_command_accepts_bytes_only_reader_counts_and_decode():
+    args = build_parser().parse_args(["bench", "--bytes-only", "--bytes-readers", "1,2", "--decode", "cpu"])
+    assert args.bytes_only and args.bytes_readers == (1, 2) and args.decode == "cpu"
+    config = preset("quick", uri="s3://bucket/p/", loader_cells=False, train=False, bytes_readers=args.bytes_readers)
+    assert config.bytes_cells and not config.loader_cells and not config.train and config.bytes_readers == (1, 2)
+    with pytest.raises(InvalidSpec, match="reader counts"):
+        preset("quick", uri="s3://bucket/p/", bytes_readers=(0,))
+
+
 def test_bench_and_demo_need_no_uri():
     """Without one they use the embedded local S3 (tests/test_local_s3_files.py checks that part)."""
     assert build_parser().parse_args(["bench", "--quick"]).uri is None

@@ -68,3 +68,38 @@ def test_auto_never_decodes_on_the_gpu_when_training_on_the_cpu():
 def test_a_non_jpeg_sample_is_refused_by_name():
     with pytest.raises(DatasetError, match=r"sample 'k' in shard s.tar is not a JPEG.*--decode cpu"):
         encoded(b"\x89PNG\r\n", "k", "s.tar")
+
+
+def test_workers_yield_bytes_and_the_datamodule_hook_makes_the_cpu_batches(tmp_path):
+    """The whole --decode gpu path on a local shard: ShardDataset with decode="gpu", then the
+    DataModule's transfer hook (to the CPU here), against ShardDataset with decode="cpu"."""
+    from mountctl.pytorch.benchmark.limits import LocalDiskSource
+    from mountctl.pytorch.data.datamodule import ShardDataModule
+    from mountctl.pytorch.data.dataset import ShardDataset
+    from mountctl.pytorch.data.manifest import Manifest, ShardInfo
+    from mountctl.pytorch.data.synthetic import MakeConfig, build_shard
+
+    data = build_shard(MakeConfig(uri="s3://bucket/p/", num_images=12, image_size=32), 0, 12)
+    (tmp_path / "shard-000000.tar").write_bytes(data)
+    manifest = Manifest(num_images=12, image_size=32, num_classes=1000, seed=0,
+                        shards=(ShardInfo("shard-000000.tar", 12, 0, len(data), "0" * 64),))
+    source = LocalDiskSource(str(tmp_path))
+
+    def batches(decode: str) -> list[dict]:
+        return list(ShardDataset(manifest, source, batch_size=4, shuffle_buffer=4, decode=decode))
+
+    module = ShardDataModule(manifest, source, batch_size=4, num_workers=0, seed=0, decode="gpu")
+    on_device = [module.transfer_batch_to_device(b, torch.device("cpu"), 0) for b in batches("gpu")]
+    expected = batches("cpu")
+    assert len(on_device) == len(expected) == 3
+    for got, want in zip(on_device, expected, strict=True):
+        assert torch.equal(got["images"], want["images"]) and torch.equal(got["labels"], want["labels"])
+        assert got["index"] == want["index"]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the machine without CUDA")
+def test_train_refuses_decode_gpu_before_anything_runs():
+    from mountctl.pytorch.training.trainer import TrainConfig
+
+    with pytest.raises(InvalidSpec, match="--decode gpu"):
+        TrainConfig(uri="s3://bucket/data/", decode="gpu")

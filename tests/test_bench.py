@@ -11,9 +11,11 @@ import json
 
 import pytest
 
+from mountctl import installed_backends
 from mountctl.errors import InvalidSpec
 from mountctl.pytorch.benchmark import preset, run_sweep, write_report
-from mountctl.pytorch.benchmark.sweep import LOCAL, source_plan
+from mountctl.pytorch.benchmark.bytes_path import READ_SIZE, bytes_routes
+from mountctl.pytorch.benchmark.sweep import EPOCHS, LOCAL, source_plan
 from mountctl.pytorch.cli import build_parser
 from mountctl.s3 import client as s3_client
 
@@ -46,9 +48,9 @@ def test_every_loader_cell_is_measured_against_the_limits_of_the_same_run(sweep)
     config, result, _ = sweep
     sources = [LOCAL] + [label for label, _, _ in source_plan(config)]
     assert any(label.startswith("mountpoint/") for label in sources), "no mount program was benchmarked"
-    expected = {(d.label, w, s) for d in config.datasets for w in config.num_workers for s in sources}
+    expected = {(d.label, w, s, e) for d in config.datasets for w in config.num_workers for s in sources for e in EPOCHS}
     loaders = cells(result, "loader", status=None)
-    assert {(c["dataset"], c["num_workers"], c["source"]) for c in loaders} == expected
+    assert {(c["dataset"], c["num_workers"], c["source"], c["epoch"]) for c in loaders} == expected
     for cell in loaders:
         assert cell["status"] == "ok", cell
         assert cell["samples_per_s"] > 0 and cell["mb_per_s"] > 0
@@ -73,10 +75,43 @@ def test_training_runs_per_source_kind_beside_the_ceiling(sweep):
     config, result, _ = sweep
     assert len(cells(result, "ceiling")) == 1 and cells(result, "ceiling")[0]["samples_per_s"] > 0
     trained = cells(result, "train")
-    assert {c["source"] for c in trained} == {label for label, _, _ in source_plan(config)}
+    assert {(c["source"], c["epoch"]) for c in trained} == {(label, e) for label, _, _ in source_plan(config)
+                                                            for e in EPOCHS}
+    assert all(c["decode"] == "cpu" for c in trained)
     assert all(c["samples_per_s"] > 0 and c["ratio_to_ceiling"] > 0 for c in trained)
     assert [c["status"] for c in cells(result, "gpu", status=None)] == [
         "not run: --accelerator cpu (no GPU on this machine)"] or result["machine"]["gpu"]
+
+
+def routes(config) -> set[tuple[str, str]]:
+    return {(r.source, r.variant) for r in bytes_routes(config.loader_kinds, config.backends or installed_backends())}
+
+
+def test_bytes_cells_cover_every_route_both_epochs_and_every_reader_count(sweep):
+    config, result, _ = sweep
+    assert {"local-disk", "raw GET", "s3io", "fsspec"} <= {source for source, _ in routes(config)}
+    assert {variant for source, variant in routes(config) if source.startswith("mountpoint/")} == {
+        "default", "no-cache"}
+    moved = cells(result, "bytes", status=None)
+    assert {(c["source"], c["variant"], c["readers"], c["epoch"]) for c in moved} == {
+        (s, v, r, e) for s, v in routes(config) for r in config.bytes_readers for e in EPOCHS}
+    for cell in moved:
+        assert cell["status"] == "ok", cell
+        assert cell["mb_per_s"] > 0 and cell["ratio_to_raw_get"] > 0 and cell["loader_cpu_pct"] > 0
+        assert 0 < cell["member_bytes"] < cell["bytes"]  # the tar walk read the members, not the headers
+        if cell["kind"] == "mountpoint":
+            assert cell["daemon_cpu_pct"] is not None and cell["daemon_peak_rss_mb"] > 0
+
+
+def test_random_reads_cover_every_route_against_s3io_range_reads(sweep):
+    config, result, _ = sweep
+    random_cells = cells(result, "random", status=None)
+    assert {(c["source"], c["variant"]) for c in random_cells} == routes(config)
+    for cell in random_cells:
+        assert cell["status"] == "ok", cell
+        assert cell["reads"] == config.random_reads and cell["read_size"] == READ_SIZE
+        assert cell["mb_per_s"] > 0 and cell["p50_ms"] > 0 and cell["ratio_to_s3io_range"] > 0
+    assert [c["ratio_to_s3io_range"] for c in random_cells if c["kind"] == "s3io"] == [1.0]
 
 
 def test_the_run_is_written_as_json_markdown_and_png(sweep):
@@ -88,7 +123,8 @@ def test_the_run_is_written_as_json_markdown_and_png(sweep):
     assert saved["versions"]["torch"] and "mount program rclone" in saved["versions"]
     with open(paths["md"], encoding="utf-8") as f:
         table = f.read()
-    assert "| local-disk |" in table and "x local disk" in table
+    assert "| local-disk |" in table and "x local disk e1" in table and "x local disk e2" in table
+    assert "## Bytes path" in table and "| raw GET |" in table and "## Random reads" in table
     with open(paths["png"], "rb") as f:
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
 
@@ -98,6 +134,15 @@ def test_bench_command_accepts_quick_and_gpu():
     config = preset("quick", uri=args.uri, accelerator=args.accelerator, num_workers=args.num_workers)
     assert config.quick and config.accelerator == "gpu" and config.num_workers == (1, 4)
     assert config.train_precision == "16-mixed"
+
+
+def test_bench_command_accepts_bytes_only_reader_counts_and_decode():
+    args = build_parser().parse_args(["bench", "--bytes-only", "--bytes-readers", "1,2", "--decode", "cpu"])
+    assert args.bytes_only and args.bytes_readers == (1, 2) and args.decode == "cpu"
+    config = preset("quick", uri="s3://bucket/p/", loader_cells=False, train=False, bytes_readers=args.bytes_readers)
+    assert config.bytes_cells and not config.loader_cells and not config.train and config.bytes_readers == (1, 2)
+    with pytest.raises(InvalidSpec, match="reader counts"):
+        preset("quick", uri="s3://bucket/p/", bytes_readers=(0,))
 
 
 def test_bench_and_demo_need_no_uri():

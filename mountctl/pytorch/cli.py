@@ -21,6 +21,7 @@ import json
 import sys
 
 from mountctl import BACKEND_NAMES, MountctlError
+from mountctl.pytorch.data.device_decode import DECODE_CHOICES
 from mountctl.pytorch.data.sources import SOURCE_KINDS  # light: the kinds import their libraries on use
 
 DESCRIPTION = ("ResNet-50 on WebDataset shards in S3, read through a mountctl mount (mountpoint), "
@@ -48,7 +49,7 @@ def _train(args: argparse.Namespace) -> int:
         mount_dir=args.mount_dir, devices=args.devices, strategy=args.strategy, accelerator=args.accelerator,
         checkpoint_dir=args.checkpoint_dir, resume=args.resume, seed=args.seed, lr=args.lr,
         shuffle_buffer=args.shuffle_buffer, warmup_batches=args.warmup_batches, progress=not args.no_progress,
-        log_dir=args.log_dir))
+        log_dir=args.log_dir, decode=args.decode))
     return 0
 
 
@@ -111,6 +112,9 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--no-progress", action="store_true", help="no progress bar")
     train.add_argument("--log-dir", default=None, help="write loss and img/s every 10 steps to "
                        "DIR/version_N/metrics.csv (Lightning's CSVLogger); default: no metrics file")
+    train.add_argument("--decode", choices=DECODE_CHOICES, default="auto",
+                       help="where JPEGs are decoded: cpu (DataLoader workers), gpu (workers yield bytes, the "
+                       "training GPU decodes with nvJPEG), auto (gpu when training on CUDA, else cpu)")
     train.set_defaults(func=_train)
 
     bench = commands.add_parser("bench", help="every source kind side by side with the local-disk and raw-GET "

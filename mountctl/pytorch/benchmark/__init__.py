@@ -1,7 +1,8 @@
 """``resnet.py bench``: every source kind side by side with the limits, measured in one run.
 
 ``config`` (the sweep), ``limits`` (local disk, raw GET), ``monitor`` (CPU and
-RSS), ``cells`` (one measurement each), ``sweep`` (runs them), ``report``
+RSS), ``cells`` (one measurement each), ``bytes_path`` (bytes-path and
+random-read cells), ``sweep`` (runs them), ``report``
 (JSON, Markdown, PNG), ``command`` (the command line's part).
 """
 

@@ -27,8 +27,9 @@ def _per_sample_mb(manifest: Manifest) -> float:
 
 
 def loader_cell(manifest: Manifest, source: Any, *, num_workers: int, batch_size: int, warmup_batches: int,
-                shuffle_buffer: int = 256, program_pid: int | None = None, seed: int = 0) -> dict[str, Any]:
-    """One epoch of decoded batches as fast as the DataLoader delivers them.
+                shuffle_buffer: int = 256, program_pid: int | None = None, seed: int = 0, epoch: int = 0
+                ) -> dict[str, Any]:
+    """One epoch (``epoch``, from 0: its plan and shuffle) of decoded batches as fast as the DataLoader delivers them.
 
     The shuffle buffer is kept small: a buffer as large as a worker's share would
     read everything during the warm-up batches and leave only decoding measured.
@@ -41,7 +42,7 @@ def loader_cell(manifest: Manifest, source: Any, *, num_workers: int, batch_size
     warnings.filterwarnings("ignore", message=r".*suggested max number of worker.*")
     dataset = ShardDataset(manifest, source, batch_size=batch_size, seed=seed, shuffle_buffer=shuffle_buffer)
     extra = {"timeout": BATCH_TIMEOUT_S, "prefetch_factor": 2} if num_workers else {}
-    loader = EpochLoader(dataset, epoch_fn=lambda: 0, num_workers=num_workers, **extra)
+    loader = EpochLoader(dataset, epoch_fn=lambda: epoch, num_workers=num_workers, **extra)
     with ResourceMonitor(program_pid) as monitor:
         marks, sizes = [time.perf_counter()], []
         for batch in loader:
@@ -88,20 +89,24 @@ def _quiet_lightning() -> None:
 
 def train_cell(uri: str, settings: S3Settings, *, kind: str, backend: str, batch_size: int, num_workers: int,
                warmup_steps: int, accelerator: str, precision: str, program_pid: int | None = None,
-               seed: int = 0) -> dict[str, Any]:
-    """ResNet-50 for one epoch of the training dataset through ``trainer.train``, as ``resnet.py train``."""
+               seed: int = 0, epochs: int = 2, decode: str = "auto") -> list[dict[str, Any]]:
+    """ResNet-50 for ``epochs`` epochs through ``trainer.train``, as ``resnet.py train``: one row per epoch.
+
+    Epoch 2 reads the same shards again, which is where a node-local cache shows.
+    """
     from mountctl.pytorch.training.trainer import TrainConfig, train
 
     _quiet_lightning()
-    config = TrainConfig(uri=uri, source_kind=kind, backend=backend, batch_size=batch_size, max_epochs=1,
+    config = TrainConfig(uri=uri, source_kind=kind, backend=backend, batch_size=batch_size, max_epochs=epochs,
                          num_workers=num_workers, precision=precision, accelerator=accelerator, devices="1",
-                         warmup_batches=warmup_steps, progress=False, seed=seed)
+                         warmup_batches=warmup_steps, progress=False, seed=seed, decode=decode)
     with ResourceMonitor(program_pid) as monitor:
         summary = train(config, settings=settings, out=io.StringIO())
-    epoch = summary["epochs"][0]
-    return {"samples_per_s": epoch["images_per_s"] or 0.0, "images": epoch["images"], "batches": epoch["batches"],
-            "warmup_batches": epoch["warmup_batches"], "precision": summary["precision"],
-            "device": summary["accelerator"], **monitor.usage.to_dict()}
+    # CPU is for the whole run: the monitor cannot tell Lightning's epochs apart.
+    return [{"epoch": number, "samples_per_s": epoch["images_per_s"] or 0.0, "images": epoch["images"],
+             "batches": epoch["batches"], "warmup_batches": epoch["warmup_batches"],
+             "precision": summary["precision"], "decode": summary["decode"], "device": summary["accelerator"],
+             **monitor.usage.to_dict()} for number, epoch in enumerate(summary["epochs"], start=1)]
 
 
 def ceiling_cell(manifest: Manifest, *, batch_size: int, steps: int, warmup_steps: int, accelerator: str,

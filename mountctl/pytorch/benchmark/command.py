@@ -48,6 +48,13 @@ def add_bench_arguments(bench: argparse.ArgumentParser) -> None:
     bench.add_argument("--no-train", action="store_true", help="loader cells only")
     bench.add_argument("--accelerator", choices=ACCELERATORS, default="cpu",
                        help="gpu: training cells in 16-mixed on the GPU, plus the GPU-only ceiling")
+    bench.add_argument("--decode", choices=("auto", "cpu", "gpu"), default="auto",
+                       help="training cells: where JPEGs are decoded (as `resnet.py train --decode`)")
+    bench.add_argument("--no-bytes", action="store_true", help="no bytes-path or random-read cells")
+    bench.add_argument("--bytes-only", action="store_true",
+                       help="only the limits, bytes-path and random-read cells (no loader or training cells)")
+    bench.add_argument("--bytes-readers", type=_counts, default=None,
+                       help="parallel readers of the bytes-path cells (default 1,4)")
     bench.add_argument("--out", default="bench-results", help="where the JSON, Markdown and PNG go")
     bench.add_argument("--no-progress", action="store_true")
     bench.add_argument("--seed", type=int, default=0)
@@ -87,8 +94,10 @@ def run_bench(args: argparse.Namespace) -> int:
         "uri": args.uri or DEFAULT_URI, "num_workers": args.num_workers, "shard_sizes": args.shard_sizes,
         "dataset_sizes": args.dataset_sizes, "image_size": args.image_size, "batch_size": args.batch_size,
         "loader_kinds": args.kinds, "backends": args.backends, "train_steps": args.train_steps,
-        "accelerator": args.accelerator, "out": args.out, "progress": not args.no_progress, "seed": args.seed,
-        "train": False if args.no_train else None}
+        "accelerator": args.accelerator, "decode": args.decode, "bytes_readers": args.bytes_readers,
+        "bytes_cells": False if args.no_bytes else None, "loader_cells": False if args.bytes_only else None,
+        "train": False if (args.no_train or args.bytes_only) else None, "out": args.out,
+        "progress": not args.no_progress, "seed": args.seed}
     config = preset(args.preset or ("quick" if args.quick else "full"), **overrides)  # bad input fails here
     with uri_or_embedded(args.uri, DEFAULT_URI):
         result = run_sweep(config)

@@ -47,6 +47,11 @@ class SweepConfig:
     warmup_batches: int = 3
     shuffle_buffer: int = 256  # per worker; small, so reading is measured and not done during warm-up
     get_threads: int = 8
+    # The bytes path (tar walk, no decode) and 64 KiB random reads, per route, epochs 1 and 2.
+    bytes_cells: bool = True
+    loader_cells: bool = True  # False (--bytes-only): no first-sample or loader cells
+    bytes_readers: tuple[int, ...] = (1, 4)
+    random_reads: int = 400
     get_part_size: str = "8MB"
     # Training: ResNet-50, few steps; on a CPU small images so that a step takes a second, not ten.
     train: bool = True
@@ -56,6 +61,7 @@ class SweepConfig:
     train_warmup_steps: int = 3
     train_workers: int = 2
     accelerator: str = "cpu"
+    decode: str = "auto"  # training cells: where JPEGs are decoded (auto: on the GPU when training on one)
     out: str = "bench-results"
     quick: bool = False
     progress: bool = True
@@ -81,6 +87,10 @@ class SweepConfig:
         if self.train_warmup_steps < 0 or self.warmup_batches < 0 or self.shuffle_buffer < 0:
             raise InvalidSpec("warm-up steps and batches cannot be negative")
         parse_size(self.get_part_size)
+        if not self.bytes_readers or min(self.bytes_readers) < 1 or self.random_reads < 1:
+            raise InvalidSpec("the bytes cells need reader counts >= 1 and at least one random read")
+        if self.decode not in ("auto", "cpu", "gpu"):
+            raise InvalidSpec(f"--decode must be auto, cpu or gpu, not {self.decode!r}")
 
     @property
     def datasets(self) -> tuple[DatasetSpec, ...]:
@@ -104,11 +114,12 @@ class SweepConfig:
 PRESETS: dict[str, dict[str, object]] = {
     "full": {},
     "quick": {"num_workers": (2,), "shard_sizes": ("16MB",), "dataset_sizes": (2000,), "train_steps": 4,
-              "train_warmup_steps": 2, "train_batch_size": 16, "quick": True},
+              "train_warmup_steps": 2, "train_batch_size": 16, "random_reads": 200, "quick": True},
     # For tests: a few tiny images; every cell still runs through the real code paths.
     "tiny": {"num_workers": (1,), "shard_sizes": ("64KB",), "dataset_sizes": (96,), "image_size": 32,
              "batch_size": 16, "warmup_batches": 1, "shuffle_buffer": 16, "train_image_size": 32, "train_batch_size": 8,
-             "train_steps": 2, "train_warmup_steps": 1, "train_workers": 1, "quick": True},
+             "train_steps": 2, "train_warmup_steps": 1, "train_workers": 1, "bytes_readers": (1, 2), "random_reads": 8,
+             "quick": True},
 }
 
 

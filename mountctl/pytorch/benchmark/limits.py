@@ -20,7 +20,7 @@ from mountctl import S3Settings, parse_s3_uri, s3
 from mountctl.pytorch.data.manifest import Manifest
 from mountctl.pytorch.errors import DatasetError
 
-__all__ = ["LocalDiskSource", "copy_shards", "raw_get"]
+__all__ = ["LocalDiskSource", "RawGetSource", "copy_shards", "raw_get"]
 
 
 @dataclass(frozen=True)
@@ -35,6 +35,28 @@ class LocalDiskSource:
 
     def describe(self) -> dict[str, Any]:
         return {"kind": self.kind, "path": self.root}
+
+
+@dataclass(frozen=True)
+class RawGetSource:
+    """Each shard as one plain GET's streaming body: the bytes-path cells' raw route, read like the others."""
+
+    uri: str
+    settings: S3Settings
+    kind: str = "raw GET"
+
+    def open_shards(self, names: Sequence[str]) -> Iterator[tuple[str, BinaryIO]]:
+        location = parse_s3_uri(self.uri)
+        client = s3.client(self.settings, read_timeout=120)  # made in the reader: clients do not survive fork
+        for name in names:
+            body = client.get_object(Bucket=location.bucket, Key=location.prefix + name)["Body"]
+            try:
+                yield name, body
+            finally:
+                body.close()
+
+    def describe(self) -> dict[str, Any]:
+        return {"kind": self.kind, "uri": self.uri}
 
 
 def copy_shards(settings: S3Settings, uri: str, manifest: Manifest, directory: str) -> LocalDiskSource:

@@ -20,13 +20,33 @@ def _fmt(value: Any, digits: int = 1) -> str:
 def _table(header: list[str], rows: list[list[Any]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join(" --- " for _ in header) + "|"]
     # Ratios and seconds: three places; rates and sizes: one.
-    digits = [3 if name.startswith("x ") or name.endswith(" s") else 1 for name in header]
+    digits = [3 if name.startswith("x ") or name.endswith((" s", " ms")) else 1 for name in header]
     lines += ["| " + " | ".join(_fmt(v, d) for v, d in zip(row, digits, strict=False)) + " |" for row in rows]
     return "\n".join(lines)
 
 
 def _ok(cells: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
     return [c for c in cells if c["cell"] == kind]
+
+
+def _by_epoch(rows: list[dict[str, Any]], key: tuple[str, ...]
+              ) -> list[tuple[tuple[Any, ...], dict[int, dict[str, Any]]]]:
+    """Rows that differ only in their epoch, gathered: [(key values, {epoch: row})] in first-seen order."""
+    grouped: dict[tuple[Any, ...], dict[int, dict[str, Any]]] = {}
+    for row in rows:
+        grouped.setdefault(tuple(row.get(k) for k in key), {})[row.get("epoch", 1)] = row
+    return list(grouped.items())
+
+
+def _at(epochs: dict[int, dict[str, Any]], epoch: int, field: str) -> Any:
+    row = epochs.get(epoch)
+    if row is None:
+        return None
+    return row.get(field) if row["status"] == "ok" else row["status"]
+
+
+def _pair(epochs: dict[int, dict[str, Any]], field: str) -> tuple[Any, Any]:
+    return _at(epochs, 1, field), _at(epochs, 2, field)
 
 
 def markdown(result: dict[str, Any]) -> str:
@@ -41,29 +61,57 @@ def markdown(result: dict[str, Any]) -> str:
         [[c["dataset"], c.get("shards"), c.get("mb_per_s"), c.get("samples_per_s"), c.get("threads")]
          if c["status"] == "ok" else [c["dataset"], c.get("shards"), c["status"], "", ""]
          for c in _ok(cells, "raw-get")]))
-    parts.append("## Loader: read + decode, no model\n\n" + _table(
-        ["dataset", "workers", "source", "samples/s", "MB/s", "x local disk", "x raw GET", "loader CPU %",
-         "loader peak RSS MB", "daemon CPU %", "daemon peak RSS MB"],
-        [[c["dataset"], c["num_workers"], c["source"], c.get("samples_per_s"), c.get("mb_per_s"),
-          c.get("ratio_to_local_disk"), c.get("ratio_to_raw_get"), c.get("loader_cpu_pct"),
-          c.get("loader_peak_rss_mb"), c.get("daemon_cpu_pct"), c.get("daemon_peak_rss_mb")]
-         if c["status"] == "ok" else [c["dataset"], c["num_workers"], c["source"], c["status"]] + [""] * 7
-         for c in _ok(cells, "loader")]))
+    parts.append("## Loader: read + decode, no model (epochs 1 and 2 side by side)\n\n" + _table(
+        ["dataset", "workers", "source", "samples/s e1", "samples/s e2", "MB/s e1", "MB/s e2", "x local disk e1",
+         "x local disk e2", "x raw GET e1", "x raw GET e2", "loader CPU % e1", "daemon CPU % e1", "daemon CPU % e2",
+         "loader peak RSS MB", "daemon peak RSS MB"],
+        [[*key, *_pair(e, "samples_per_s"), *_pair(e, "mb_per_s"), *_pair(e, "ratio_to_local_disk"),
+          *_pair(e, "ratio_to_raw_get"), _at(e, 1, "loader_cpu_pct"), *_pair(e, "daemon_cpu_pct"),
+          _at(e, 1, "loader_peak_rss_mb"), _at(e, 1, "daemon_peak_rss_mb")]
+         for key, e in _by_epoch(_ok(cells, "loader"), ("dataset", "num_workers", "source"))]))
     parts.append("## Opening a source and the first sample\n\n" + _table(
         ["dataset", "source", "open / mount start-up s", "first sample s"],
         [[c["dataset"], c["source"], c.get("open_s"), c.get("first_sample_s")] if c["status"] == "ok"
          else [c["dataset"], c["source"], c["status"], ""] for c in _ok(cells, "first-sample")]))
-    training = _ok(cells, "ceiling") + _ok(cells, "train")
-    parts.append("## Training: ResNet-50\n\n" + _table(
-        ["source", "device", "precision", "images/s", "x ceiling", "process CPU %", "daemon CPU %"],
-        [[c.get("source", "-"), c.get("device"), c.get("precision"), c.get("samples_per_s"),
-          c.get("ratio_to_ceiling"), c.get("loader_cpu_pct"), c.get("daemon_cpu_pct")]
-         if c["status"] == "ok" else [c.get("source", c["cell"]), c["status"], "", "", "", "", ""]
-         for c in training]))
+    training = [(("synthetic on device", c.get("device"), c.get("precision"), "-"), {1: c, 2: c})
+                for c in _ok(cells, "ceiling")]
+    training += _by_epoch(_ok(cells, "train"), ("source", "device", "precision", "decode"))
+    parts.append("## Training: ResNet-50 (epochs 1 and 2 side by side)\n\n" + _table(
+        ["source", "device", "precision", "decode", "images/s e1", "images/s e2", "x ceiling e1", "x ceiling e2",
+         "process CPU %", "daemon CPU %"],
+        [[*key, *_pair(e, "samples_per_s"), *_pair(e, "ratio_to_ceiling"), _at(e, 1, "loader_cpu_pct"),
+          _at(e, 1, "daemon_cpu_pct")] for key, e in training]))
+    parts.append("## Bytes path: tar walk, no decode (epochs 1 and 2 side by side)\n\n" + _table(
+        ["dataset", "source", "variant", "readers", "MB/s e1", "MB/s e2", "x raw GET e1", "x raw GET e2",
+         "reader CPU % e1", "reader CPU % e2", "daemon CPU % e1", "daemon CPU % e2"],
+        [[*key, *_pair(e, "mb_per_s"), *_pair(e, "ratio_to_raw_get"), *_pair(e, "loader_cpu_pct"),
+          *_pair(e, "daemon_cpu_pct")]
+         for key, e in _by_epoch(_ok(cells, "bytes"), ("dataset", "source", "variant", "readers"))]))
+    parts.append("## Random reads: 64 KiB at random offsets, one reader\n\n" + _table(
+        ["dataset", "source", "variant", "MB/s", "reads/s", "p50 ms", "x s3io range", "reader CPU %",
+         "daemon CPU %"],
+        [[c["dataset"], c["source"], c.get("variant"), c.get("mb_per_s"), c.get("reads_per_s"), c.get("p50_ms"),
+          c.get("ratio_to_s3io_range"), c.get("loader_cpu_pct"), c.get("daemon_cpu_pct")] if c["status"] == "ok"
+         else [c["dataset"], c["source"], c.get("variant"), c["status"], "", "", "", "", ""]
+         for c in _ok(cells, "random")]))
     notes = [c["status"] for c in cells if c["cell"] == "gpu"]
     if notes:
         parts.append("GPU cells: " + "; ".join(notes) + ".")
     return "\n\n".join(parts) + "\n"
+
+
+def _bars(axis: Any, rows: list[dict[str, Any]], group: Any, field: str, ylabel: str, title: str) -> None:
+    """One bar per epoch beside each other, per group (a ceiling row, with no epoch, counts for both)."""
+    groups = list(dict.fromkeys(group(c) for c in rows))
+    width = 0.4
+    for i, epoch in enumerate((1, 2)):
+        values = {group(c): c[field] for c in rows if c.get("epoch", epoch) == epoch}
+        axis.bar([g + i * width for g in range(len(groups))], [values.get(g, 0) for g in groups], width,
+                 label=f"epoch {epoch}")
+    axis.set_xticks([g + width / 2 for g in range(len(groups))], groups, fontsize=7)
+    axis.set_ylabel(ylabel)
+    axis.set_title(title)
+    axis.legend(fontsize=8)
 
 
 def _chart(result: dict[str, Any], path: str) -> None:
@@ -72,25 +120,22 @@ def _chart(result: dict[str, Any], path: str) -> None:
     matplotlib.use("Agg")  # files only: no display on a server
     import matplotlib.pyplot as plt
 
-    loaders = [c for c in result["cells"] if c["cell"] == "loader" and c["status"] == "ok"]
-    groups = list(dict.fromkeys(f"{c['dataset']}\nw={c['num_workers']}" for c in loaders))
-    sources = list(dict.fromkeys(c["source"] for c in loaders))
-    training = [c for c in result["cells"] if c["cell"] in ("ceiling", "train") and c["status"] == "ok"]
-    figure, (top, bottom) = plt.subplots(2, 1, figsize=(max(8, 1.6 * len(groups) + 4), 9),
-                                         gridspec_kw={"height_ratios": [2, 1]})
-    width = 0.8 / max(1, len(sources))
-    for i, source in enumerate(sources):
-        values = {f"{c['dataset']}\nw={c['num_workers']}": c["samples_per_s"] for c in loaders if c["source"] == source}
-        top.bar([g + i * width for g in range(len(groups))], [values.get(g, 0) for g in groups], width, label=source)
-    top.set_xticks([g + width * (len(sources) - 1) / 2 for g in range(len(groups))], groups, fontsize=8)
-    top.set_ylabel("samples/s (read + decode)")
-    top.set_title("Loader throughput per source (local-disk is the limit)")
-    top.legend(fontsize=8)
-    bottom.bar([c.get("source", "ceiling") for c in training], [c["samples_per_s"] for c in training],
-               color=["grey"] + ["C0"] * (len(training) - 1))
-    bottom.set_ylabel("images/s")
-    bottom.set_title("ResNet-50 training (grey: synthetic batches on the device)")
-    bottom.tick_params(axis="x", labelsize=8)
+    ok = [c for c in result["cells"] if c["status"] == "ok"]
+    loaders = [c for c in ok if c["cell"] == "loader"]
+    training = [c for c in ok if c["cell"] == "ceiling"] + [c for c in ok if c["cell"] == "train"]
+    moved = [c for c in ok if c["cell"] == "bytes"]
+    panels = 3 if moved else 2
+    figure, axes = plt.subplots(panels, 1, figsize=(max(10, 0.45 * max(len(loaders), len(moved)) + 4), 4.5 * panels),
+                                gridspec_kw={"height_ratios": [2, 1, 2][:panels]})
+    _bars(axes[0], loaders, lambda c: f"{c['dataset']}\n{c['source']} w={c['num_workers']}", "samples_per_s",
+          "samples/s (read + decode)", "Loader throughput per source, epochs 1 and 2 (local-disk is the limit)")
+    _bars(axes[1], training, lambda c: c.get("source", "ceiling"), "samples_per_s", "images/s",
+          "ResNet-50 training, epochs 1 and 2 (synthetic on device: the ceiling)")
+    if moved:
+        _bars(axes[2], moved, lambda c: f"{c['source']}\n{c['variant']} r={c['readers']}", "mb_per_s", "MB/s",
+              "Bytes path (tar walk, no decode), epochs 1 and 2; dashed: the parallel ranged GET limit")
+        for limit in (c for c in ok if c["cell"] == "raw-get"):
+            axes[2].axhline(limit["mb_per_s"], color="grey", linestyle="--", linewidth=1)
     figure.tight_layout()
     figure.savefig(path, dpi=100)
     plt.close(figure)

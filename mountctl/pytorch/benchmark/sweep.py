@@ -20,6 +20,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from mountctl import MountctlError, S3Settings, installed_backends, resolve
+from mountctl.pytorch.benchmark.bytes_path import bytes_cell, bytes_routes, cache_note, opened_route, random_cell
 from mountctl.pytorch.benchmark.cells import ceiling_cell, first_sample_cell, loader_cell, train_cell
 from mountctl.pytorch.benchmark.config import DatasetSpec, SweepConfig
 from mountctl.pytorch.benchmark.facts import machine_facts, versions
@@ -32,6 +33,7 @@ __all__ = ["run_sweep", "source_plan"]
 
 LOCAL = "local-disk"
 CELL_ERRORS = (MountctlError, OSError, RuntimeError, ValueError)  # a failed cell is recorded; the run goes on
+EPOCHS = (1, 2)  # every cell that reads the dataset reads it twice: epoch 2 is where a cache shows
 
 
 def source_plan(config: SweepConfig) -> list[tuple[str, str, str]]:
@@ -85,6 +87,16 @@ class _Run:
         self.bar.update()
         return row
 
+    def epochs(self, base: dict[str, Any], measure: Callable[[], list[dict[str, Any]]]) -> None:
+        """One measurement that yields a row per epoch (a failure fails both epochs' rows)."""
+        self.bar.set_postfix_str(f"{base['cell']} {base.get('source', '')} {base.get('dataset', '')}", refresh=True)
+        try:
+            rows = [{**base, "status": "ok", **row} for row in measure()]
+        except CELL_ERRORS as exc:
+            rows = [{**base, "epoch": epoch, "status": f"failed: {exc}"} for epoch in EPOCHS]
+        self.cells.extend(rows)
+        self.bar.update(len(EPOCHS))
+
 
 def _dataset_cells(run: _Run, spec: DatasetSpec, manifest: Manifest, scratch: str) -> None:
     config, settings = run.config, run.settings
@@ -102,14 +114,15 @@ def _dataset_cells(run: _Run, spec: DatasetSpec, manifest: Manifest, scratch: st
     run.cell({"cell": "raw-get", "source": "boto3 GET", **base}, get)
     opened: list[tuple[dict[str, Any], Any, int | None]] = []
     with contextlib.ExitStack() as stack:
-        for label, kind, backend in [(LOCAL, LOCAL, "-"), *source_plan(config)]:
+        for label, kind, backend in [(LOCAL, LOCAL, "-"), *source_plan(config)] if config.loader_cells else []:
             head = {"source": label, "kind": kind, "backend": backend, **base}
             try:
                 source, open_s = stack.enter_context(_opened(kind, uri, settings, backend, local))
             except CELL_ERRORS as exc:  # the source did not open (e.g. the mount failed): its cells say so
-                for cell in ("first-sample", *("loader",) * len(config.num_workers)):
-                    run.cells.append({"cell": cell, **head, "status": f"failed: {exc}"})
-                    run.bar.update()
+                run.cells.append({"cell": "first-sample", **head, "status": f"failed: {exc}"})
+                run.cells += [{"cell": "loader", "num_workers": w, "epoch": e, **head, "status": f"failed: {exc}"}
+                              for w in config.num_workers for e in EPOCHS]
+                run.bar.update(1 + len(config.num_workers) * len(EPOCHS))
                 continue
             def first_sample(s: Any = source, t: float = open_s) -> dict[str, Any]:
                 return {"open_s": round(t, 3), **first_sample_cell(manifest, s)}
@@ -120,12 +133,43 @@ def _dataset_cells(run: _Run, spec: DatasetSpec, manifest: Manifest, scratch: st
             opened.append((head, source, source.describe().get("mount_pid")))
         # Sources take turns at each worker count, so a change in the machine's load while the
         # sweep runs spreads over all of them instead of landing on one.
+        # Epoch 2 right after epoch 1 on the same source: what a node-local cache gives back.
         for workers in config.num_workers:
             for head, source, daemon in opened:
-                run.cell({"cell": "loader", "num_workers": workers, **head},
-                         functools.partial(loader_cell, manifest, source, num_workers=workers,
-                                           batch_size=config.batch_size, warmup_batches=config.warmup_batches,
-                                           shuffle_buffer=config.shuffle_buffer, program_pid=daemon, seed=config.seed))
+                for epoch in EPOCHS:
+                    run.cell({"cell": "loader", "num_workers": workers, "epoch": epoch, **head},
+                             functools.partial(loader_cell, manifest, source, num_workers=workers,
+                                               batch_size=config.batch_size, warmup_batches=config.warmup_batches,
+                                               shuffle_buffer=config.shuffle_buffer, program_pid=daemon,
+                                               seed=config.seed, epoch=epoch - 1))
+    if config.bytes_cells:
+        _bytes_cells(run, manifest, uri, base, local)
+
+
+def _bytes_cells(run: _Run, manifest: Manifest, uri: str, base: dict[str, Any], local: LocalDiskSource) -> None:
+    """Bytes path (epochs 1 and 2 per reader count) and random reads, each route opened afresh.
+
+    A fresh mount per reader count and per random-read cell, so epoch 1 starts without
+    what an earlier cell left in the mount program's memory.
+    """
+    config, settings = run.config, run.settings
+    routes = bytes_routes(config.loader_kinds, config.backends or installed_backends())
+    for readers in config.bytes_readers:
+        for route in routes:
+            def measure(route: Any = route, readers: int = readers) -> list[dict[str, Any]]:
+                with opened_route(route, uri, settings, local) as source:
+                    daemon = source.describe().get("mount_pid")
+                    return [{"epoch": epoch, **bytes_cell(manifest, source, readers=readers, program_pid=daemon)}
+                            for epoch in EPOCHS]
+
+            run.epochs({"cell": "bytes", "readers": readers, **route.head(), **cache_note(route), **base}, measure)
+    for route in routes:
+        def measure_random(route: Any = route) -> dict[str, Any]:
+            with opened_route(route, uri, settings, local) as source:
+                return random_cell(manifest, source, uri, settings, reads=config.random_reads, seed=config.seed,
+                                   program_pid=source.describe().get("mount_pid"))
+
+        run.cell({"cell": "random", **route.head(), **cache_note(route), **base}, measure_random)
 
 
 def _train_cells(run: _Run, manifest: Manifest, uri: str) -> None:
@@ -137,15 +181,16 @@ def _train_cells(run: _Run, manifest: Manifest, uri: str) -> None:
                                   warmup_steps=config.train_warmup_steps, accelerator=config.accelerator,
                                   precision=config.train_precision))
     for label, kind, backend in source_plan(config):
-        def measure(kind: str = kind, backend: str = backend) -> dict[str, Any]:
+        def measure(kind: str = kind, backend: str = backend) -> list[dict[str, Any]]:
             # Hold the (shared) mount here too, so that its daemon's CPU and memory can be watched.
             with open_source(kind, uri, settings, backend=backend) as source:
                 return train_cell(uri, settings, kind=kind, backend=backend, batch_size=config.train_batch_size,
                                   num_workers=config.train_workers, warmup_steps=config.train_warmup_steps,
                                   accelerator=config.accelerator, precision=config.train_precision,
-                                  program_pid=source.describe().get("mount_pid"), seed=config.seed)
+                                  program_pid=source.describe().get("mount_pid"), seed=config.seed,
+                                  epochs=len(EPOCHS), decode=config.decode)
 
-        run.cell({"cell": "train", "source": label, "kind": kind, "backend": backend, **base}, measure)
+        run.epochs({"cell": "train", "source": label, "kind": kind, "backend": backend, **base}, measure)
 
 
 def _add_ratios(cells: list[dict[str, Any]]) -> None:
@@ -158,12 +203,19 @@ def _add_ratios(cells: list[dict[str, Any]]) -> None:
         if row["status"] != "ok":
             continue
         if row["cell"] == "loader":
-            local = find("loader", source=LOCAL, dataset=row["dataset"], num_workers=row["num_workers"])
+            local = find("loader", source=LOCAL, dataset=row["dataset"], num_workers=row["num_workers"],
+                         epoch=row["epoch"])
             get = find("raw-get", dataset=row["dataset"])
             row["ratio_to_local_disk"] = round(row["samples_per_s"] / local["samples_per_s"], 3) if local else None
             row["ratio_to_raw_get"] = round(row["mb_per_s"] / get["mb_per_s"], 3) if get else None
+        elif row["cell"] == "bytes":
+            get = find("raw-get", dataset=row["dataset"])
+            row["ratio_to_raw_get"] = round(row["mb_per_s"] / get["mb_per_s"], 3) if get else None
+        elif row["cell"] == "random":
+            ranged = find("random", kind="s3io", dataset=row["dataset"])
+            row["ratio_to_s3io_range"] = round(row["mb_per_s"] / ranged["mb_per_s"], 3) if ranged else None
         elif row["cell"] == "train":
-            ceiling = find("ceiling")
+            ceiling = find("ceiling")  # synthetic batches already on the device: the same in every epoch
             row["ratio_to_ceiling"] = round(row["samples_per_s"] / ceiling["samples_per_s"], 3) if ceiling else None
 
 
@@ -180,8 +232,10 @@ def run_sweep(config: SweepConfig, *, settings: S3Settings | None = None) -> dic
     manifests = [(spec, _ensure_dataset(config, settings, spec)) for spec in config.datasets]
     train_manifest = _ensure_dataset(config, settings, config.train_dataset) if config.train else None
     sources = len(source_plan(config))
-    total = len(manifests) * (1 + (sources + 1) * (1 + len(config.num_workers)))
-    total += (1 + sources) if config.train else 0
+    routes = len(bytes_routes(config.loader_kinds, config.backends or installed_backends()))
+    per_dataset = 1 + ((sources + 1) * (1 + len(config.num_workers) * len(EPOCHS)) if config.loader_cells else 0)
+    per_dataset += routes * (len(config.bytes_readers) * len(EPOCHS) + 1) if config.bytes_cells else 0
+    total = len(manifests) * per_dataset + ((1 + sources * len(EPOCHS)) if config.train else 0)
     scratch = tempfile.mkdtemp(prefix="mountctl-bench-")
     with tqdm(total=total, unit="cell", desc="bench", disable=not config.progress) as bar:
         run = _Run(config, settings, bar)
@@ -191,7 +245,7 @@ def run_sweep(config: SweepConfig, *, settings: S3Settings | None = None) -> dic
             if train_manifest is not None and gpu_missing:
                 for cell in ("ceiling", "train"):
                     run.cells.append({"cell": cell, "status": "not run: --accelerator gpu but no CUDA device"})
-                bar.update(1 + sources)
+                bar.update(1 + sources * len(EPOCHS))
             elif train_manifest is not None:
                 _train_cells(run, train_manifest, config.train_dataset.uri(config.uri))
         finally:

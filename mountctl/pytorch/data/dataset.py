@@ -13,6 +13,7 @@ from typing import Any
 
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
+from mountctl.pytorch.data.device_decode import encoded
 from mountctl.pytorch.data.manifest import Manifest
 from mountctl.pytorch.data.plan import Assignment, plan_epoch, steps_per_epoch
 from mountctl.pytorch.data.shards import RawSample, batched, decode, read_shard, shuffled
@@ -21,10 +22,14 @@ __all__ = ["ShardDataset", "EpochLoader"]
 
 
 class ShardDataset(IterableDataset):
-    """Batches of ``{"images": uint8 NCHW, "labels": int64 N, "index": tuple, "epoch": int}`` for one rank."""
+    """Batches of ``{"images": uint8 NCHW, "labels": int64 N, "index": tuple, "epoch": int}`` for one rank.
+
+    With ``decode="gpu"`` the workers leave the JPEGs encoded: ``"jpegs"`` (a list of
+    1-D uint8 tensors) replaces ``"images"``, for ``device_decode`` to decode on the device.
+    """
 
     def __init__(self, manifest: Manifest, source: Any, *, batch_size: int, seed: int = 0, rank: int = 0,
-                 world_size: int = 1, shuffle: bool = True, shuffle_buffer: int = 1000) -> None:
+                 world_size: int = 1, shuffle: bool = True, shuffle_buffer: int = 1000, decode: str = "cpu") -> None:
         super().__init__()
         self.manifest = manifest
         self.source = source
@@ -34,6 +39,7 @@ class ShardDataset(IterableDataset):
         self.world_size = world_size
         self.shuffle = shuffle
         self.shuffle_buffer = shuffle_buffer
+        self.decode = decode
         self.epoch = 0
         steps_per_epoch(manifest.num_images, world_size, batch_size)  # fail here, not in a worker
 
@@ -65,7 +71,10 @@ class ShardDataset(IterableDataset):
             rng = random.Random(f"samples:{self.seed}:{self.epoch}:{self.rank}:{worker}")
             samples = shuffled(samples, self.shuffle_buffer, rng)
         size = self.manifest.image_size
-        for batch in batched((decode(s, size) for s in samples), assignment.batch_sizes):
+        on_device = self.decode == "gpu"
+        items = ((encoded(s.image, s.key, s.shard), s.label, s.index) if on_device else decode(s, size)
+                 for s in samples)
+        for batch in batched(items, assignment.batch_sizes, encoded=on_device):
             batch["epoch"] = self.epoch  # the epoch whose plan and shuffle made this batch
             yield batch
 

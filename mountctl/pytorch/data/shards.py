@@ -133,8 +133,13 @@ def shuffled(items: Iterable[Any], buffer_size: int, rng: random.Random) -> Iter
     yield from buffer
 
 
-def batched(samples: Iterable[tuple[torch.Tensor, int, int]], sizes: Sequence[int]) -> Iterator[dict[str, Any]]:
-    """Stack decoded samples into batches of exactly the planned ``sizes``."""
+def batched(samples: Iterable[tuple[torch.Tensor, int, int]], sizes: Sequence[int], *,
+            encoded: bool = False) -> Iterator[dict[str, Any]]:
+    """Stack decoded samples into batches of exactly the planned ``sizes``.
+
+    ``encoded``: the samples hold JPEG bytes of differing lengths (``--decode gpu``),
+    kept as a list under ``"jpegs"`` for the device to decode.
+    """
     iterator = iter(samples)
     for size in sizes:
         chunk = list(itertools.islice(iterator, size))
@@ -144,5 +149,6 @@ def batched(samples: Iterable[tuple[torch.Tensor, int, int]], sizes: Sequence[in
         images, labels, indices = zip(*chunk, strict=True)
         # "index" stays a tuple of ints: Lightning moves tensors to the device, and the
         # accounting of which samples were seen belongs on the host.
-        yield {"images": torch.stack(images), "labels": torch.tensor(labels, dtype=torch.long),
+        pixels = {"jpegs": list(images)} if encoded else {"images": torch.stack(images)}
+        yield {**pixels, "labels": torch.tensor(labels, dtype=torch.long),
                "index": tuple(indices)}

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, TextIO
 
 from mountctl import InvalidSpec, S3Settings, parse_s3_uri, resolve
+from mountctl.pytorch.data.device_decode import resolve_decode
 from mountctl.pytorch.data.manifest import check_shards_present, load_manifest
 from mountctl.pytorch.data.sources import check_source_choice, open_source
 from mountctl.pytorch.notices import quiet_known_notices
@@ -63,6 +64,7 @@ class TrainConfig:
     progress: bool = True
     arch: str = "resnet50"  # library-only knob; the CLI trains ResNet-50 as the published example does
     log_dir: str | None = None  # Lightning's CSVLogger: DIR/version_N/metrics.csv (loss, img/s); None: no logger
+    decode: str = "auto"  # where JPEGs are decoded: cpu (workers), gpu (the training device), auto
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "uri", str(parse_s3_uri(self.uri)))
@@ -81,6 +83,7 @@ class TrainConfig:
             raise InvalidSpec(f"--lr must be positive, not {self.lr}")
         if self.arch not in ARCHITECTURES:
             raise InvalidSpec(f"unknown architecture {self.arch!r}: choose one of {', '.join(ARCHITECTURES)}")
+        resolve_decode(self.decode, self.accelerator)  # --decode gpu without CUDA fails here
         if self.shuffle_buffer < 0 or self.warmup_batches < 0:
             raise InvalidSpec("--shuffle-buffer and --warmup-batches cannot be negative")
 
@@ -118,6 +121,7 @@ def _summary(config: TrainConfig, manifest: Any, trainer: Any, source: Any, moni
         "num_workers": facts["num_workers"],
         "world_size": trainer.world_size,
         "precision": facts["precision"],
+        "decode": facts["decode"],
         "accelerator": trainer.strategy.root_device.type,
         "epochs": monitor.epochs,
         "global_step": trainer.global_step,
@@ -145,8 +149,10 @@ def train(config: TrainConfig, *, settings: S3Settings | None = None, out: TextI
     resume_from = target.resume_path(settings) if (target is not None and config.resume) else None
     precision = config.precision or default_precision(config.accelerator)
     num_workers = default_num_workers() if config.num_workers is None else config.num_workers
+    decode = resolve_decode(config.decode, config.accelerator)
     # Lightning and torchvision load only now: a bad endpoint or dataset fails in a second.
     import lightning
+    import torch
     from lightning.pytorch.loggers import CSVLogger
 
     from mountctl.pytorch.data.datamodule import ShardDataModule
@@ -174,12 +180,14 @@ def train(config: TrainConfig, *, settings: S3Settings | None = None, out: TextI
             use_distributed_sampler=False, enable_progress_bar=config.progress, enable_model_summary=False,
             num_sanity_val_steps=0, log_every_n_steps=_LOG_EVERY_N_STEPS)
         model = ResNetClassifier(manifest.num_classes, lr=config.learning_rate, arch=config.arch)
+        if decode == "gpu":  # images arrive channels_last from the decoder: keep the convolutions in it
+            model = model.to(memory_format=torch.channels_last)
         data = ShardDataModule(manifest, source, batch_size=config.batch_size, num_workers=num_workers,
                                seed=config.seed, shuffle_buffer=config.shuffle_buffer,
-                               pin_memory=trainer.strategy.root_device.type == "cuda")
+                               pin_memory=trainer.strategy.root_device.type == "cuda", decode=decode)
         trainer.fit(model, datamodule=data, ckpt_path=resume_from, weights_only=True)
         summary = _summary(config, manifest, trainer, source, monitor, num_workers=num_workers,
-                           precision=precision, resumed_from=resume_from,
+                           precision=precision, decode=decode, resumed_from=resume_from,
                            checkpoint=target.last if target is not None and saver is not None and saver.saves else None,
                            metrics_csv=os.path.join(logger.log_dir, "metrics.csv") if logger is not None else None)
     if trainer.is_global_zero:

@@ -164,19 +164,25 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def test_two_nodes_under_torchrun_train_every_sample_once_with_one_mount_each(s3_env, bucket, tmp_path):
-    """Two torchrun agents on this machine, each with its own MOUNTCTL_HOME, act as two nodes of 2 ranks."""
+@pytest.mark.parametrize("launcher", ["torchrun", "lightning"])
+def test_two_nodes_train_every_sample_once_with_one_mount_each(launcher, s3_env, bucket, tmp_path):
+    """Two launchers on this machine, each with its own MOUNTCTL_HOME, act as two nodes of 2 ranks:
+    torchrun's c10d rendezvous, or Lightning's own settings (MASTER_ADDR, MASTER_PORT, NODE_RANK)."""
     require_fuse()
     uri = f"s3://{bucket}/data/"
     make_tiny_dataset(uri, num_images=64, shard_size="12KB")
     port, log = free_port(), str(tmp_path / "samples.log")
+    train = [RESNET_PY, "train", uri, *TINY, "--source-kind", "mountpoint", "--backend", "rclone", "--devices", "2",
+             "--num-nodes", "2", "--strategy", "ddp", "--num-workers", "1", "--sample-log", log]
     nodes = []
     for node in range(2):
         env = dict(os.environ, MOUNTCTL_HOME=str(tmp_path / f"node{node}"))
-        argv = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "2",
-                "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", RESNET_PY, "train", uri, *TINY,
-                "--source-kind", "mountpoint", "--backend", "rclone", "--devices", "2", "--num-nodes", "2",
-                "--strategy", "ddp", "--num-workers", "1", "--sample-log", log]
+        if launcher == "torchrun":
+            argv = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "2",
+                    "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", *train]
+        else:
+            env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), NODE_RANK=str(node))
+            argv = [sys.executable, *train]
         nodes.append(start(argv, env))
     outputs = [node.communicate(timeout=400) for node in nodes]
     for node, (_, err) in zip(nodes, outputs, strict=True):
@@ -189,6 +195,6 @@ def test_two_nodes_under_torchrun_train_every_sample_once_with_one_mount_each(s3
     counts = collections.Counter(row[0] for row in rows)
     assert len(counts) == 64 and set(counts.values()) == {1}
     assert {row[3] for row in rows} == {0, 1, 2, 3}
-    print(f"\nAUDIT two nodes: {len(rows)} lines, {len(counts)} distinct, mounts {dict(mount_pids)}")
+    print(f"\nAUDIT two nodes ({launcher}): {len(rows)} lines, {len(counts)} distinct, mounts {dict(mount_pids)}")
     for node in range(2):
         assert not fuse_mounts_under(str(tmp_path / f"node{node}"))

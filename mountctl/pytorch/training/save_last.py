@@ -58,9 +58,12 @@ class SaveLastCheckpoint(lightning.Callback):
 
     def on_train_batch_end(self, trainer: lightning.Trainer, pl_module: lightning.LightningModule, outputs: Any,
                            batch: Any, batch_idx: int) -> None:
-        # The epoch's last step is saved by on_train_epoch_end, as a finished epoch.
-        last_of_epoch = trainer.fit_loop.epoch_loop.batch_progress.is_last_batch
-        if self.every_n_steps and trainer.global_step % self.every_n_steps == 0 and not last_of_epoch:
+        # The epoch's last step is saved by on_train_epoch_end, as a finished epoch.  The step that reaches
+        # --max-steps is saved here: Lightning counts the epoch as finished by on_train_end.
+        if trainer.fit_loop.epoch_loop.batch_progress.is_last_batch:
+            return
+        every = self.every_n_steps and trainer.global_step % self.every_n_steps == 0
+        if every or trainer.global_step == trainer.max_steps:
             self._save(trainer)
 
     def on_train_epoch_end(self, trainer: lightning.Trainer, pl_module: lightning.LightningModule) -> None:

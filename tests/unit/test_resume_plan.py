@@ -82,3 +82,10 @@ def test_sample_order_is_a_seeded_permutation_within_windows():
     assert all(sorted(o[:8]) == list(range(8)) and sorted(o[16:]) == list(range(16, 20)) for o in orders)
     assert sample_order(20, seed=0, epoch=1, shard=3, window=8) == orders[1]
     assert sample_order(20, seed=0, epoch=1, shard=3, window=8, shuffle=False) == list(range(20))
+
+
+def test_resume_with_another_batch_size_trains_the_rest_exactly_once():
+    counts, total = [7, 1, 12, 5, 9], 34
+    consumed = consumed_after(total, (), world_size=2, batch_size=4, num_workers=2, steps=2)
+    rest = [p for r in range(3) for batch in batches_of_rank(counts, r, 3, 2, consumed, batch_size=3) for p in batch]
+    assert sorted(rest + [p for lo, hi in consumed for p in range(lo, hi)]) == list(range(total))

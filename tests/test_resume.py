@@ -227,3 +227,24 @@ def test_two_nodes_train_every_sample_once_with_one_mount_each(launcher, s3_env,
     print(f"\nAUDIT two nodes ({launcher}): {len(rows)} lines, {len(counts)} distinct, mounts {dict(mount_pids)}")
     for node in range(2):
         assert not fuse_mounts_under(str(tmp_path / f"node{node}"))
+
+
+def test_two_kills_and_resumes_on_three_layouts_train_every_sample_once(s3_env, bucket, tmp_path):
+    """1 rank x 2 workers, killed; 2 ranks x 1 worker from there, killed; 1 rank x 0 workers finishes the epoch."""
+    uri = f"s3://{bucket}/data/"
+    make_tiny_dataset(uri, num_images=56, shard_size="12KB")
+    ckpt, log = str(tmp_path / "ckpt"), str(tmp_path / "samples.log")
+    last = os.path.join(ckpt, "last.ckpt")
+    logs, kept, resumed_from = SampleLogs(log), [], 0
+    layouts = [[*ddp(1), "--num-workers", "2"], [*ddp(2), "--num-workers", "1", "--resume"]]
+    for layout, kill_at in zip(layouts, (3, 6), strict=True):
+        run = start(train_argv(uri, ckpt, log, "--source-kind", "fsspec", "--checkpoint-every-n-steps", "3",
+                               *layout))
+        kill_when(run, lambda at=kill_at: os.path.exists(last) and checkpoint_step(last) >= at)
+        step = checkpoint_step(last)
+        kept += [row for row in logs.read_new() if resumed_from <= row[2] < step]
+        resumed_from = step
+    summary = finish(start(train_argv(uri, ckpt, log, "--source-kind", "fsspec", *ddp(1), "--num-workers", "0",
+                                      "--resume")))
+    assert summary["resumed_from_step"] == resumed_from
+    audit(kept, logs.read_new(), resumed_from, 56)

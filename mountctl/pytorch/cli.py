@@ -118,7 +118,8 @@ def build_parser() -> argparse.ArgumentParser:
                        "several); flushed at each checkpoint")
     train.add_argument("--seed", type=int, default=0)
     train.add_argument("--lr", type=float, default=None, help="default 0.1 x batch size / 256")
-    train.add_argument("--shuffle-buffer", type=int, default=1000, help="samples in each reader's shuffle buffer")
+    train.add_argument("--shuffle-buffer", type=int, default=1000, help="each shard's samples are permuted within "
+                       "windows of this many (the most a reader holds); --resume needs the same value")
     train.add_argument("--warmup-batches", type=int, default=5, help="batches per epoch left out of images/s")
     train.add_argument("--no-progress", action="store_true", help="no progress bar")
     train.add_argument("--log-dir", default=None, help="write loss and img/s every 10 steps to "

@@ -48,7 +48,13 @@ class ResilientReader(io.RawIOBase):
         self._retry_for_s = retry_for_s
         self._still_exists = still_exists
         self._offset = 0
-        self._file: io.FileIO | None = io.FileIO(path, "r")  # a missing file fails at once, as open() does
+        self._file: io.FileIO | None = None
+        try:
+            self._file = io.FileIO(path, "r")
+        except OSError as exc:
+            if exc.errno not in RETRYABLE_ERRNOS:
+                raise  # a missing file fails at once, as open() does
+            # Opened while the mount is being replaced: the first read opens it, retrying like any read.
         entry = covering_mount(path)
         # The FUSE mount this file was opened through; ENOENT is retried only while it is gone.
         self._fuse_root = entry.mount_point if entry is not None and entry.is_fuse else None

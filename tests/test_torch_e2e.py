@@ -173,7 +173,7 @@ def test_checkpoint_then_resume_continues_with_the_next_epoch(where, s3_env, s3,
     assert_exactly_once(resumed)
 
 
-def test_stop_at_max_steps_saves_and_resume_keeps_counting_steps(s3_env, bucket, tmp_path, capsys):
+def test_stop_at_max_steps_saves_and_resume_finishes_that_epoch_then_the_next(s3_env, bucket, tmp_path, capsys):
     uri = f"s3://{bucket}/data/"
     make_tiny_dataset(uri, num_images=24)  # 3 steps per epoch
     location = str(tmp_path / "ckpt")
@@ -183,8 +183,10 @@ def test_stop_at_max_steps_saves_and_resume_keeps_counting_steps(s3_env, bucket,
     assert stopped["epochs"][0]["images"] == 16  # two batches of the epoch, no more
     resumed = train(capsys, uri, "--source-kind", "fsspec", "--num-workers", "0", "--checkpoint-dir", location,
                     "--resume", "--max-epochs", "2")
-    assert resumed["global_step"] == 2 + resumed["epochs"][-1]["batches"]
-    assert_exactly_once(resumed)
+    # The rest of epoch 0 (its third batch), then all of epoch 1.
+    assert resumed["resumed_from_step"] == 2 and resumed["global_step"] == 2 + 1 + 3
+    assert [(e["epoch"], e["images"]) for e in resumed["epochs"]] == [(0, 8), (1, 24)]
+    assert_exactly_once({**resumed, "epochs": resumed["epochs"][1:]})
 
 
 def test_resume_without_a_checkpoint_says_so(s3_env, bucket, tmp_path, capsys):

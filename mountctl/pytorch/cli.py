@@ -23,6 +23,7 @@ import sys
 from mountctl import BACKEND_NAMES, MountctlError
 from mountctl.pytorch.data.device_decode import DECODE_CHOICES
 from mountctl.pytorch.data.sources import SOURCE_KINDS  # light: the kinds import their libraries on use
+from mountctl.pytorch.training.trainer import ARCHITECTURES  # light: torch loads inside train()
 
 DESCRIPTION = ("ResNet-50 on WebDataset shards in S3, read through a mountctl mount (mountpoint), "
                "s3torchconnector (s3io) or s3fs (fsspec).")
@@ -49,7 +50,8 @@ def _train(args: argparse.Namespace) -> int:
         mount_dir=args.mount_dir, devices=args.devices, strategy=args.strategy, accelerator=args.accelerator,
         checkpoint_dir=args.checkpoint_dir, resume=args.resume, seed=args.seed, lr=args.lr,
         shuffle_buffer=args.shuffle_buffer, warmup_batches=args.warmup_batches, progress=not args.no_progress,
-        log_dir=args.log_dir, decode=args.decode))
+        log_dir=args.log_dir, decode=args.decode, checkpoint_every_n_steps=args.checkpoint_every_n_steps,
+        sample_log=args.sample_log, num_nodes=args.num_nodes, arch=args.arch))
     return 0
 
 
@@ -101,13 +103,24 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--backend", choices=BACKEND_NAMES, default="auto", help="mount program (mountpoint kind)")
     train.add_argument("--mount-dir", default=None, help="where to mount (mountpoint kind; default: managed)")
     train.add_argument("--devices", default="auto")
+    train.add_argument("--num-nodes", type=int, default=1, help="machines, each running --devices ranks (under "
+                       "torchrun or SLURM; see README 'Several machines')")
     train.add_argument("--strategy", default="auto", help="e.g. ddp")
+    train.add_argument("--arch", choices=list(ARCHITECTURES), default="resnet50",
+                       help="torchvision ResNet (default resnet50; resnet18 for quick runs)")
     train.add_argument("--accelerator", default="auto", help="cpu, gpu or auto")
     train.add_argument("--checkpoint-dir", default=None, help="s3://bucket/prefix/ or a path for last.ckpt")
-    train.add_argument("--resume", action="store_true", help="continue from last.ckpt in --checkpoint-dir")
+    train.add_argument("--checkpoint-every-n-steps", type=int, default=0, metavar="N",
+                       help="also write last.ckpt every N steps (default: only at epoch ends and at the end)")
+    train.add_argument("--resume", action="store_true", help="continue from last.ckpt in --checkpoint-dir, in "
+                       "mid-epoch at the first sample its steps had not trained (any number of ranks and workers)")
+    train.add_argument("--sample-log", default=None, metavar="FILE",
+                       help="append 'key epoch global_step rank' per trained sample (FILE.rank<N> per rank when "
+                       "several); flushed at each checkpoint")
     train.add_argument("--seed", type=int, default=0)
     train.add_argument("--lr", type=float, default=None, help="default 0.1 x batch size / 256")
-    train.add_argument("--shuffle-buffer", type=int, default=1000, help="samples in each reader's shuffle buffer")
+    train.add_argument("--shuffle-buffer", type=int, default=1000, help="each shard's samples are permuted within "
+                       "windows of this many (the most a reader holds); --resume needs the same value")
     train.add_argument("--warmup-batches", type=int, default=5, help="batches per epoch left out of images/s")
     train.add_argument("--no-progress", action="store_true", help="no progress bar")
     train.add_argument("--log-dir", default=None, help="write loss and img/s every 10 steps to "

@@ -1,4 +1,9 @@
-"""``ShardDataModule``: the Lightning side of the data, built once the Trainer knows its rank."""
+"""``ShardDataModule``: the Lightning side of the data, built once the Trainer knows its rank.
+
+It also carries the data position through checkpoints (``state_dict``): the
+epoch and the global positions its steps trained, whatever the layout, so a
+resumed job (any ranks, any workers) trains the rest of the epoch exactly once.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +15,8 @@ import torch
 from mountctl.pytorch.data.dataset import EpochLoader, ShardDataset
 from mountctl.pytorch.data.device_decode import transfer_encoded_batch
 from mountctl.pytorch.data.manifest import Manifest
+from mountctl.pytorch.data.plan import Span, consumed_after
+from mountctl.pytorch.errors import CheckpointError
 
 __all__ = ["ShardDataModule", "BATCH_TIMEOUT_S"]
 
@@ -30,6 +37,9 @@ class ShardDataModule(lightning.LightningDataModule):
         self.shuffle_buffer = shuffle_buffer
         self.pin_memory = pin_memory
         self.decode = decode  # "gpu": batches arrive as JPEG bytes and are decoded on the device
+        self._resume: dict[str, Any] | None = None  # a checkpoint's position, until its epoch starts
+        self._dataset: ShardDataset | None = None
+        self._start_step = 0  # the global step at which the current dataset's first batch was taken
 
     def train_dataloader(self) -> EpochLoader:
         trainer = self.trainer
@@ -37,9 +47,13 @@ class ShardDataModule(lightning.LightningDataModule):
         dataset = ShardDataset(self.manifest, self.source, batch_size=self.batch_size, seed=self.seed,
                                rank=trainer.global_rank, world_size=trainer.world_size,
                                shuffle_buffer=self.shuffle_buffer, decode=self.decode)
+        resume = self._resume
+        if resume is not None and len(resume["consumed"]) and resume["samples"] < self.manifest.num_images:
+            dataset.resume_at(tuple((lo, hi) for lo, hi in resume["consumed"]), resume["steps"])
+        self._dataset = dataset
         extra: dict[str, Any] = {"prefetch_factor": 2, "timeout": BATCH_TIMEOUT_S} if self.num_workers > 0 else {}
         # Workers are not persistent: each epoch's workers must start from that epoch's plan.
-        return EpochLoader(dataset, epoch_fn=lambda: trainer.current_epoch, num_workers=self.num_workers,
+        return EpochLoader(dataset, epoch_fn=self._begin_epoch, num_workers=self.num_workers,
                            pin_memory=self.pin_memory, persistent_workers=False, **extra)
 
     def transfer_batch_to_device(self, batch: Any, device: torch.device, dataloader_idx: int) -> Any:
@@ -47,3 +61,35 @@ class ShardDataModule(lightning.LightningDataModule):
             # nvJPEG reads the (pinned) bytes from the host: decoding is the transfer.
             return transfer_encoded_batch(batch, self.manifest.image_size, device)
         return super().transfer_batch_to_device(batch, device, dataloader_idx)
+
+    def _begin_epoch(self) -> int:
+        trainer, dataset = self.trainer, self._dataset
+        assert trainer is not None and dataset is not None
+        epoch = trainer.current_epoch
+        if dataset.consumed and self._resume is not None and self._resume["epoch"] != epoch:
+            raise CheckpointError(f"the checkpoint stopped in epoch {self._resume['epoch']} but training resumed "
+                                  f"at epoch {epoch}; resume from an unmodified last.ckpt")
+        self._resume = None
+        self._start_step = trainer.global_step
+        return epoch
+
+    def state_dict(self) -> dict[str, Any]:
+        """The data position: epoch, positions trained (spans of the global order), steps that trained them."""
+        trainer, dataset = self.trainer, self._dataset
+        if dataset is None or trainer is None:
+            return dict(self._resume or {})
+        steps = trainer.global_step - self._start_step
+        consumed: tuple[Span, ...] = consumed_after(
+            self.manifest.num_images, dataset.consumed, world_size=trainer.world_size, batch_size=self.batch_size,
+            num_workers=self.num_workers, steps=steps)
+        return {"epoch": dataset.epoch, "consumed": [list(span) for span in consumed],
+                "samples": sum(hi - lo for lo, hi in consumed), "steps": dataset.steps_before + steps,
+                "seed": self.seed, "window": self.shuffle_buffer}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        # The global order depends on these two; ranks, workers and batch size may change.
+        if state_dict and (state_dict.get("seed"), state_dict.get("window")) != (self.seed, self.shuffle_buffer):
+            raise CheckpointError(f"the checkpoint was trained with --seed {state_dict.get('seed')} and "
+                                  f"--shuffle-buffer {state_dict.get('window')}; resume with the same ones, or "
+                                  "drop --resume to start afresh")
+        self._resume = dict(state_dict) if state_dict else None

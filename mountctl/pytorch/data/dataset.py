@@ -7,7 +7,6 @@ steps (see ``plan.py``).  It needs no Lightning: plain PyTorch loops can use it.
 
 from __future__ import annotations
 
-import random
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -15,17 +14,20 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from mountctl.pytorch.data.device_decode import encoded
 from mountctl.pytorch.data.manifest import Manifest
-from mountctl.pytorch.data.plan import Assignment, plan_epoch, steps_per_epoch
-from mountctl.pytorch.data.shards import RawSample, batched, decode, read_shard, shuffled
+from mountctl.pytorch.data.plan import Assignment, Span, plan_epoch, remaining_spans, sample_order, steps_per_epoch
+from mountctl.pytorch.data.shards import RawSample, batched, decode, read_shard, reordered
 
 __all__ = ["ShardDataset", "EpochLoader"]
 
 
 class ShardDataset(IterableDataset):
-    """Batches of ``{"images": uint8 NCHW, "labels": int64 N, "index": tuple, "epoch": int}`` for one rank.
+    """Batches of ``{"images": uint8 NCHW, "labels": int64 N, "index": tuple, "keys": tuple, "epoch": int}``.
 
     With ``decode="gpu"`` the workers leave the JPEGs encoded: ``"jpegs"`` (a list of
     1-D uint8 tensors) replaces ``"images"``, for ``device_decode`` to decode on the device.
+    ``shuffle_buffer`` is the window within which a shard's samples are permuted
+    (the most samples a reader holds); ``resume_at`` skips the global positions a
+    checkpoint's steps already trained (see ``plan.py``).
     """
 
     def __init__(self, manifest: Manifest, source: Any, *, batch_size: int, seed: int = 0, rank: int = 0,
@@ -41,40 +43,54 @@ class ShardDataset(IterableDataset):
         self.shuffle_buffer = shuffle_buffer
         self.decode = decode
         self.epoch = 0
+        self.consumed: tuple[Span, ...] = ()  # positions of this epoch trained before a resume
+        self.steps_before = 0  # the steps that trained them
         steps_per_epoch(manifest.num_images, world_size, batch_size)  # fail here, not in a worker
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
 
+    def resume_at(self, consumed: tuple[Span, ...], steps_before: int) -> None:
+        self.consumed, self.steps_before = consumed, steps_before
+
     def __len__(self) -> int:
-        """Batches this rank yields per epoch, summed over its workers (the same on every rank)."""
-        return steps_per_epoch(self.manifest.num_images, self.world_size, self.batch_size)
+        """Batches of this epoch (those before a resume included), summed over workers; the same on every rank."""
+        left = sum(hi - lo for lo, hi in remaining_spans(self.manifest.num_images, self.consumed))
+        return self.steps_before + steps_per_epoch(left, self.world_size, self.batch_size)
 
     def assignment(self, worker: int = 0, num_workers: int = 1) -> Assignment:
         return plan_epoch([s.samples for s in self.manifest.shards], seed=self.seed, epoch=self.epoch,
                           batch_size=self.batch_size, world_size=self.world_size, rank=self.rank,
-                          num_workers=num_workers, worker=worker, shuffle=self.shuffle)
+                          num_workers=num_workers, worker=worker, shuffle=self.shuffle, consumed=self.consumed)
 
     def raw_samples(self, assignment: Assignment) -> Iterator[RawSample]:
+        """The assignment's samples in the epoch's order (each slice counts positions in its shard's order)."""
         shards = [self.manifest.shards[piece.shard] for piece in assignment.slices]
         opened = self.source.open_shards([shard.name for shard in shards])
         for piece, shard, (name, stream) in zip(assignment.slices, shards, opened, strict=True):
-            yield from read_shard(name, stream, first_index=shard.first_index, start=piece.start,
-                                  stop=piece.stop, expected=shard.samples)
+            order = sample_order(shard.samples, seed=self.seed, epoch=self.epoch, shard=piece.shard,
+                                 window=self.shuffle_buffer, shuffle=self.shuffle)[piece.start:piece.stop]
+            wanted = [shard.first_index + i for i in order]
+            yield from reordered(read_shard(name, stream, first_index=shard.first_index, start=min(order),
+                                            stop=max(order) + 1, expected=shard.samples), wanted)
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         info = get_worker_info()
         worker, num_workers = (info.id, info.num_workers) if info is not None else (0, 1)
         assignment = self.assignment(worker, num_workers)
         samples: Iterator[RawSample] = self.raw_samples(assignment)
-        if self.shuffle:
-            rng = random.Random(f"samples:{self.seed}:{self.epoch}:{self.rank}:{worker}")
-            samples = shuffled(samples, self.shuffle_buffer, rng)
+        keys: dict[int, str] = {}
+
+        def keyed(sample: RawSample) -> RawSample:
+            keys[sample.index] = sample.key
+            return sample
+
         size = self.manifest.image_size
         on_device = self.decode == "gpu"
         items = ((encoded(s.image, s.key, s.shard), s.label, s.index) if on_device else decode(s, size)
-                 for s in samples)
+                 for s in map(keyed, samples))
         for batch in batched(items, assignment.batch_sizes, encoded=on_device):
+            batch["keys"] = tuple(keys.pop(i) for i in batch["index"])  # for --sample-log
             batch["epoch"] = self.epoch  # the epoch whose plan and shuffle made this batch
             yield batch
 

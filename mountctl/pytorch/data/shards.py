@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import io
 import itertools
-import random
 import tarfile
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -21,7 +20,7 @@ import torch
 
 from mountctl.pytorch.errors import DatasetError, TruncatedShard
 
-__all__ = ["RawSample", "read_shard", "decode", "shuffled", "batched", "IMAGE_EXTENSIONS"]
+__all__ = ["RawSample", "read_shard", "decode", "reordered", "batched", "IMAGE_EXTENSIONS"]
 
 IMAGE_EXTENSIONS = ("jpg", "jpeg", "png", "webp")
 
@@ -116,21 +115,20 @@ def decode(sample: RawSample, image_size: int) -> tuple[torch.Tensor, int, int]:
     return pixels.permute(2, 0, 1).contiguous(), sample.label, sample.index
 
 
-def shuffled(items: Iterable[Any], buffer_size: int, rng: random.Random) -> Iterator[Any]:
-    """A shuffle buffer: memory for ``buffer_size`` items, each emitted exactly once."""
-    if buffer_size <= 1:
-        yield from items
-        return
-    buffer: list[Any] = []
-    for item in items:
-        if len(buffer) < buffer_size:
-            buffer.append(item)
-            continue
-        i = rng.randrange(buffer_size)
-        buffer[i], item = item, buffer[i]
-        yield item
-    rng.shuffle(buffer)
-    yield from buffer
+def reordered(samples: Iterable[RawSample], wanted: Sequence[int]) -> Iterator[RawSample]:
+    """The samples whose ``index`` is in ``wanted``, in that order; holds only those read ahead of their turn."""
+    iterator = iter(samples)
+    keep = set(wanted)
+    ahead: dict[int, RawSample] = {}
+    for index in wanted:
+        while index not in ahead:
+            sample = next(iterator, None)
+            if sample is None:
+                raise DatasetError(f"a reader planned sample {index} but its shard ended first; the shards do not "
+                                   "match the manifest")
+            if sample.index in keep:
+                ahead[sample.index] = sample
+        yield ahead.pop(index)
 
 
 def batched(samples: Iterable[tuple[torch.Tensor, int, int]], sizes: Sequence[int], *,

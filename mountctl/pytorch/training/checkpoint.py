@@ -1,10 +1,10 @@
 """Where checkpoints go: an S3 URI (through s3torchconnector's Lightning plugin) or a path.
 
-One file, ``last.ckpt``, rewritten at the end of every epoch and when
-training stops (``--max-steps``); ``--resume`` continues from it with the
-global step, optimizer and loop state restored.  An IterableDataset cannot
-skip ahead, so after a stop in mid-epoch Lightning goes on with the next
-epoch: the rest of the interrupted epoch is not replayed.
+One file, ``last.ckpt``, rewritten every ``--checkpoint-every-n-steps``
+steps, at the end of every epoch and when training stops (``--max-steps``);
+``--resume`` continues from it with the global step, optimizer, loop state and
+data position restored, so an interrupted epoch goes on at the first sample
+its saved steps had not trained.
 """
 
 from __future__ import annotations
@@ -41,6 +41,11 @@ class CheckpointTarget:
     @property
     def last(self) -> str:
         return self.location + LAST if self.is_s3 else os.path.join(self.location, LAST)
+
+    @property
+    def partial(self) -> str:
+        """Where a save to a path is written before it is renamed over ``last``."""
+        return os.path.join(self.location, f".{LAST}.partial")
 
     def prepare(self, settings: S3Settings) -> None:
         """Fail before training, not after the first epoch, when the location cannot be written."""

@@ -41,6 +41,7 @@ class ThroughputMonitor(lightning.Callback):
 
     def on_train_start(self, trainer: lightning.Trainer, pl_module: lightning.LightningModule) -> None:
         self._started = self._now(pl_module)
+        self.on_train_epoch_start(trainer, pl_module)  # an epoch resumed mid-way gets no on_train_epoch_start
 
     def on_train_epoch_start(self, trainer: lightning.Trainer, pl_module: lightning.LightningModule) -> None:
         self._marks = [self._now(pl_module)]

@@ -53,6 +53,7 @@ class TrainConfig:
     backend: str = "auto"
     mount_dir: str | None = None
     devices: str = "auto"
+    num_nodes: int = 1  # machines; under torchrun or SLURM, each runs `devices` ranks
     strategy: str = "auto"
     accelerator: str = "auto"
     checkpoint_dir: str | None = None
@@ -62,9 +63,11 @@ class TrainConfig:
     shuffle_buffer: int = 1000
     warmup_batches: int = 5
     progress: bool = True
-    arch: str = "resnet50"  # library-only knob; the CLI trains ResNet-50 as the published example does
+    arch: str = "resnet50"  # --arch: the published example trains ResNet-50; smaller ones make quick tests
     log_dir: str | None = None  # Lightning's CSVLogger: DIR/version_N/metrics.csv (loss, img/s); None: no logger
     decode: str = "auto"  # where JPEGs are decoded: cpu (workers), gpu (the training device), auto
+    checkpoint_every_n_steps: int = 0  # 0: last.ckpt only at epoch ends and when training stops
+    sample_log: str | None = None  # FILE (FILE.rank<N> per rank when several): "key epoch global_step rank" lines
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "uri", str(parse_s3_uri(self.uri)))
@@ -79,6 +82,12 @@ class TrainConfig:
             raise InvalidSpec(f"--max-steps must be positive (or -1 for no limit), not {self.max_steps}")
         if self.resume and not self.checkpoint_dir:
             raise InvalidSpec("--resume needs --checkpoint-dir: the place the earlier run saved last.ckpt")
+        if self.num_nodes < 1:
+            raise InvalidSpec(f"--num-nodes must be at least 1, not {self.num_nodes}")
+        if self.checkpoint_every_n_steps < 0:
+            raise InvalidSpec(f"--checkpoint-every-n-steps cannot be negative ({self.checkpoint_every_n_steps})")
+        if self.checkpoint_every_n_steps and not self.checkpoint_dir:
+            raise InvalidSpec("--checkpoint-every-n-steps needs --checkpoint-dir: the place to save last.ckpt")
         if self.lr is not None and self.lr <= 0:
             raise InvalidSpec(f"--lr must be positive, not {self.lr}")
         if self.arch not in ARCHITECTURES:
@@ -129,6 +138,7 @@ def _summary(config: TrainConfig, manifest: Any, trainer: Any, source: Any, moni
         "seconds": monitor.overall.get("seconds"),
         "images_per_s": monitor.overall.get("images_per_s"),
         "resumed_from": facts["resumed_from"],
+        "resumed_from_step": facts["resumed_from_step"],  # the steps the checkpoint had completed
         "checkpoint": facts["checkpoint"],
         "metrics_csv": facts["metrics_csv"],
         "ranks": _rank_report(trainer, source),  # a collective: every rank calls it
@@ -157,6 +167,7 @@ def train(config: TrainConfig, *, settings: S3Settings | None = None, out: TextI
 
     from mountctl.pytorch.data.datamodule import ShardDataModule
     from mountctl.pytorch.training.model import ResNetClassifier
+    from mountctl.pytorch.training.sample_log import SampleLog
     from mountctl.pytorch.training.save_last import SaveLastCheckpoint
     from mountctl.pytorch.training.throughput import ThroughputMonitor
 
@@ -167,18 +178,24 @@ def train(config: TrainConfig, *, settings: S3Settings | None = None, out: TextI
                      mount_dir=config.mount_dir) as source:
         monitor = ThroughputMonitor(manifest.num_images, warmup_batches=config.warmup_batches)
         callbacks: list[Any] = [monitor]
-        saver = SaveLastCheckpoint(target) if target is not None else None
+        sample_log = SampleLog(config.sample_log) if config.sample_log else None
+        if sample_log is not None:
+            callbacks.append(sample_log)
+        saver = SaveLastCheckpoint(target, every_n_steps=config.checkpoint_every_n_steps,
+                                   sample_log=sample_log) if target is not None else None
         if saver is not None:
             callbacks.append(saver)
         plugin = target.plugin(settings) if target is not None else None
         logger: CSVLogger | None = CSVLogger(config.log_dir, name="") if config.log_dir else None
         trainer = lightning.Trainer(
-            accelerator=config.accelerator, devices=config.devices, strategy=config.strategy,
+            accelerator=config.accelerator, devices=config.devices, num_nodes=config.num_nodes,
+            strategy=config.strategy,
             precision=precision,  # type: ignore[arg-type]  # one of PRECISIONS, checked by the CLI
             max_epochs=config.epochs_limit, max_steps=config.max_steps, callbacks=callbacks,
             plugins=[plugin] if plugin is not None else None, logger=logger or False, enable_checkpointing=False,
             use_distributed_sampler=False, enable_progress_bar=config.progress, enable_model_summary=False,
-            num_sanity_val_steps=0, log_every_n_steps=_LOG_EVERY_N_STEPS)
+            num_sanity_val_steps=0, log_every_n_steps=_LOG_EVERY_N_STEPS,
+            reload_dataloaders_every_n_epochs=1)  # an epoch resumed mid-way has its own length
         model = ResNetClassifier(manifest.num_classes, lr=config.learning_rate, arch=config.arch)
         if decode == "gpu":  # images arrive channels_last from the decoder: keep the convolutions in it
             model = model.to(memory_format=torch.channels_last)
@@ -188,6 +205,7 @@ def train(config: TrainConfig, *, settings: S3Settings | None = None, out: TextI
         trainer.fit(model, datamodule=data, ckpt_path=resume_from, weights_only=True)
         summary = _summary(config, manifest, trainer, source, monitor, num_workers=num_workers,
                            precision=precision, decode=decode, resumed_from=resume_from,
+                           resumed_from_step=saver.started_at_step if resume_from and saver is not None else None,
                            checkpoint=target.last if target is not None and saver is not None and saver.saves else None,
                            metrics_csv=os.path.join(logger.log_dir, "metrics.csv") if logger is not None else None)
     if trainer.is_global_zero:

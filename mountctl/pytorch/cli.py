@@ -33,7 +33,7 @@ def _make(args: argparse.Namespace) -> int:
 
     config = MakeConfig(uri=args.uri, num_images=args.num_images, image_size=args.image_size,
                         num_classes=args.num_classes, shard_size=parse_size(args.shard_size), seed=args.seed,
-                        jobs=args.jobs)
+                        jobs=args.jobs, layout=args.layout)
     result = make_dataset(config, progress=not args.no_progress)
     print(json.dumps(result.summary(config.uri)), flush=True)
     return 0
@@ -48,7 +48,15 @@ def _train(args: argparse.Namespace) -> int:
         mount_dir=args.mount_dir, devices=args.devices, strategy=args.strategy, accelerator=args.accelerator,
         checkpoint_dir=args.checkpoint_dir, resume=args.resume, seed=args.seed, lr=args.lr,
         shuffle_buffer=args.shuffle_buffer, warmup_batches=args.warmup_batches, progress=not args.no_progress,
-        log_dir=args.log_dir))
+        log_dir=args.log_dir, random_access=args.random_access))
+    return 0
+
+
+def _index(args: argparse.Namespace) -> int:
+    from mountctl import resolve
+    from mountctl.pytorch.data.tarindex import index_dataset
+
+    print(json.dumps(index_dataset(resolve(), args.uri)), flush=True)
     return 0
 
 
@@ -84,7 +92,15 @@ def build_parser() -> argparse.ArgumentParser:
     make.add_argument("--seed", type=int, default=0)
     make.add_argument("--jobs", type=int, default=0, help="shards built and uploaded at once (default: CPU cores)")
     make.add_argument("--no-progress", action="store_true", help="no progress bar")
+    make.add_argument("--layout", choices=("shards", "files"), default="shards",
+                      help="shards: WebDataset tar shards (default); files: one JPEG object per sample, "
+                      "ImageFolder layout PREFIX/train/<class>/<key>.jpg")
     make.set_defaults(func=_make)
+
+    index = commands.add_parser("index", help="add the tar index (random access by sample) to the manifest of "
+                                "shards made before it existed; the shards are read, not rewritten")
+    index.add_argument("uri", help="s3://bucket/prefix/ holding shards and manifest.json")
+    index.set_defaults(func=_index)
 
     train = commands.add_parser("train", help="train ResNet-50 on a dataset written by `make`")
     train.add_argument("uri", help="s3://bucket/prefix/ holding shards and manifest.json")
@@ -111,6 +127,8 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--no-progress", action="store_true", help="no progress bar")
     train.add_argument("--log-dir", default=None, help="write loss and img/s every 10 steps to "
                        "DIR/version_N/metrics.csv (Lightning's CSVLogger); default: no metrics file")
+    train.add_argument("--random-access", action="store_true", help="indexed shards: read map-style, one ranged "
+                       "read per sample, for a global shuffle (the files layout is always read map-style)")
     train.set_defaults(func=_train)
 
     bench = commands.add_parser("bench", help="every source kind side by side with the local-disk and raw-GET "

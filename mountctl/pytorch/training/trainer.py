@@ -63,6 +63,8 @@ class TrainConfig:
     progress: bool = True
     arch: str = "resnet50"  # library-only knob; the CLI trains ResNet-50 as the published example does
     log_dir: str | None = None  # Lightning's CSVLogger: DIR/version_N/metrics.csv (loss, img/s); None: no logger
+    random_access: bool = False  # indexed shards read map-style (one ranged read per sample); files layout always is
+    readahead_threads: int = 16  # map-style: objects fetched in parallel per DataLoader worker (0: one at a time)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "uri", str(parse_s3_uri(self.uri)))
@@ -132,6 +134,17 @@ def _summary(config: TrainConfig, manifest: Any, trainer: Any, source: Any, moni
     }
 
 
+def _datamodule(config: TrainConfig, manifest: Any, source: Any, num_workers: int, pin_memory: bool) -> Any:
+    """Map-style for the files layout (and indexed shards with ``random_access``), else the shard stream."""
+    from mountctl.pytorch.data.datamodule import MapDataModule, ShardDataModule
+
+    if manifest.layout == "files" or config.random_access:
+        return MapDataModule(manifest, source, config.uri, batch_size=config.batch_size, num_workers=num_workers,
+                             seed=config.seed, pin_memory=pin_memory, readahead_threads=config.readahead_threads)
+    return ShardDataModule(manifest, source, batch_size=config.batch_size, num_workers=num_workers,
+                           seed=config.seed, shuffle_buffer=config.shuffle_buffer, pin_memory=pin_memory)
+
+
 def train(config: TrainConfig, *, settings: S3Settings | None = None, out: TextIO | None = None) -> dict[str, Any]:
     """Train as configured; return the summary (and print it as one JSON line on rank 0)."""
     from mountctl.pytorch.training.checkpoint import CheckpointTarget
@@ -149,7 +162,6 @@ def train(config: TrainConfig, *, settings: S3Settings | None = None, out: TextI
     import lightning
     from lightning.pytorch.loggers import CSVLogger
 
-    from mountctl.pytorch.data.datamodule import ShardDataModule
     from mountctl.pytorch.training.model import ResNetClassifier
     from mountctl.pytorch.training.save_last import SaveLastCheckpoint
     from mountctl.pytorch.training.throughput import ThroughputMonitor
@@ -174,9 +186,7 @@ def train(config: TrainConfig, *, settings: S3Settings | None = None, out: TextI
             use_distributed_sampler=False, enable_progress_bar=config.progress, enable_model_summary=False,
             num_sanity_val_steps=0, log_every_n_steps=_LOG_EVERY_N_STEPS)
         model = ResNetClassifier(manifest.num_classes, lr=config.learning_rate, arch=config.arch)
-        data = ShardDataModule(manifest, source, batch_size=config.batch_size, num_workers=num_workers,
-                               seed=config.seed, shuffle_buffer=config.shuffle_buffer,
-                               pin_memory=trainer.strategy.root_device.type == "cuda")
+        data = _datamodule(config, manifest, source, num_workers, trainer.strategy.root_device.type == "cuda")
         trainer.fit(model, datamodule=data, ckpt_path=resume_from, weights_only=True)
         summary = _summary(config, manifest, trainer, source, monitor, num_workers=num_workers,
                            precision=precision, resumed_from=resume_from,

@@ -60,6 +60,9 @@ def markdown(result: dict[str, Any]) -> str:
           c.get("ratio_to_ceiling"), c.get("loader_cpu_pct"), c.get("daemon_cpu_pct")]
          if c["status"] == "ok" else [c.get("source", c["cell"]), c["status"], "", "", "", "", ""]
          for c in training]))
+    from mountctl.pytorch.benchmark.map_cells import map_markdown
+
+    parts += [section for section in [map_markdown(cells, _table)] if section]
     notes = [c["status"] for c in cells if c["cell"] == "gpu"]
     if notes:
         parts.append("GPU cells: " + "; ".join(notes) + ".")

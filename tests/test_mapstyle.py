@@ -190,3 +190,16 @@ def test_train_reads_the_files_layout_map_style_exactly_once(files_uri):
     epoch = summary["epochs"][0]
     assert epoch["images"] == epoch["distinct_images"] == IMAGES and epoch["repeated_images"] == 0
     assert epoch["data_epochs"] == [0]
+
+
+def test_make_files_layout_and_bench_one_kind_on_it_from_the_command_line(s3_env, bucket, mount_root):
+    require_fuse()
+    uri = f"s3://{bucket}/cli-files/"
+    made = run_cli(["make", uri, "--num-images", "12", "--image-size", "32", "--num-classes", "3", "--jobs", "1",
+                    "--layout", "files", "--no-progress"])
+    assert made.returncode == 0, made.stderr[-2000:]
+    assert json.loads(made.stdout.strip().splitlines()[-1])["files"] == 12
+    benched = run_cli(["bench", uri, "--source-kind", "mountpoint", "--num-workers", "1", "--batch-size", "4",
+                       "--warmup-batches", "1"])
+    assert benched.returncode == 0, benched.stderr[-2000:]
+    assert json.loads(benched.stdout.strip().splitlines()[-1])["epochs"][0]["images"] == 12

@@ -9,12 +9,13 @@ from dataclasses import dataclass
 from typing import Any, BinaryIO
 
 from mountctl import S3Settings, parse_s3_uri
+from mountctl.pytorch.data.sources.reader_state import PerProcessState
 
 __all__ = ["FsspecSource", "fsspec_source", "FsspecReader"]
 
 
 @dataclass
-class FsspecReader:
+class FsspecReader(PerProcessState):
     """Map-style reads through s3fs: one ``cat_file`` (a GET, ranged for ``offset``) per sample.
 
     The ``S3FileSystem`` is made in the process that reads (after a DataLoader's fork).
@@ -26,13 +27,6 @@ class FsspecReader:
     def __post_init__(self) -> None:
         self._filesystem: Any = None
         self._pid = 0
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {"paths": self.paths, "settings": self.settings}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self.__post_init__()
 
     def read(self, j: int, offset: int | None = None, length: int | None = None) -> bytes:
         if self._filesystem is None or self._pid != os.getpid():

@@ -9,12 +9,13 @@ from dataclasses import dataclass
 from typing import Any, BinaryIO
 
 from mountctl import S3Settings, parse_s3_uri, s3
+from mountctl.pytorch.data.sources.reader_state import PerProcessState
 
 __all__ = ["MountpointSource", "mountpoint_source", "FileReader"]
 
 
 @dataclass
-class FileReader:
+class FileReader(PerProcessState):
     """Map-style reads of files under ``root`` (a mount or a local directory): whole, or ``pread`` of a range.
 
     Range reads keep one descriptor per file per process; threads share it (``pread`` has no file position).
@@ -26,13 +27,6 @@ class FileReader:
     def __post_init__(self) -> None:
         self._fds: dict[int, int] = {}
         self._pid = os.getpid()
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {"root": self.root, "names": self.names}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self.__post_init__()
 
     def read(self, j: int, offset: int | None = None, length: int | None = None) -> bytes:
         path = os.path.join(self.root, self.names[j])

@@ -9,12 +9,13 @@ from dataclasses import dataclass
 from typing import Any, BinaryIO
 
 from mountctl import S3Settings, parse_s3_uri
+from mountctl.pytorch.data.sources.reader_state import PerProcessState
 
 __all__ = ["S3IOSource", "s3io_source", "S3MapReader"]
 
 
 @dataclass
-class S3MapReader:
+class S3MapReader(PerProcessState):
     """Map-style reads through s3torchconnector's ``S3MapDataset`` (one per process, made on first use).
 
     Whole objects through its sequential reader; ranges (``ranged``) through its range-based reader
@@ -28,13 +29,6 @@ class S3MapReader:
     def __post_init__(self) -> None:
         self._dataset: Any = None
         self._pid = 0
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {"uris": self.uris, "settings": self.settings, "ranged": self.ranged}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self.__post_init__()
 
     def _objects(self) -> Any:
         if self._dataset is None or self._pid != os.getpid():

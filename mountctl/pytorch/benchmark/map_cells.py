@@ -32,12 +32,19 @@ __all__ = ["map_cells", "map_cell_count", "add_map_ratios", "map_markdown", "REA
 READAHEAD_THREADS = 16
 LOCAL = "local-disk"
 BATCH_TIMEOUT_S = 300.0
+# Class folders of the files dataset: ImageFolder data has many images per class folder (ImageNet ~1,300),
+# so a mount lists each folder once for many files; 1,000 classes over 2,000 images would not.
+FILES_CLASSES = 10
 CELL_ERRORS = (MountctlError, OSError, RuntimeError, ValueError)  # as the sweep's: a failed source is recorded
 
 
 def _images(config: Any) -> int:
     """Samples per map cell: the first dataset's size, capped so --quick stays short."""
     return min(config.dataset_sizes[0], 400 if config.quick else 2000)
+
+
+def _files_label(config: Any) -> str:
+    return f"files-img{config.image_size}-n{_images(config)}-c{FILES_CLASSES}"
 
 
 def map_cell_count(config: Any, sources: int) -> int:
@@ -47,8 +54,9 @@ def map_cell_count(config: Any, sources: int) -> int:
 def _files_dataset(config: Any, settings: S3Settings) -> tuple[str, Manifest]:
     from mountctl.pytorch.data.synthetic import MakeConfig, make_dataset
 
-    uri = f"{config.uri}files-img{config.image_size}-n{_images(config)}/"
-    make_dataset(MakeConfig(uri=uri, num_images=_images(config), image_size=config.image_size, num_classes=1000,
+    uri = f"{config.uri}{_files_label(config)}/"
+    make_dataset(MakeConfig(uri=uri, num_images=_images(config), image_size=config.image_size,
+                            num_classes=FILES_CLASSES,
                             seed=config.seed, layout="files"), settings=settings, progress=config.progress)
     return uri, load_manifest(settings, uri)
 
@@ -118,7 +126,7 @@ def map_cells(run: Any, shard_manifest: Manifest, shard_uri: str, shard_dataset:
     files_uri, files_manifest = _files_dataset(config, settings)
     local_files = LocalDiskSource(_copy_files(settings, files_uri, files_manifest, f"{scratch}/map-files"))
     images = _images(config)
-    plans = [("files", files_uri, files_manifest, local_files, f"files-img{config.image_size}-n{images}"),
+    plans = [("files", files_uri, files_manifest, local_files, _files_label(config)),
              ("shards-random", shard_uri, shard_manifest, local_shards, shard_dataset)]
     for layout, uri, manifest, local, dataset in plans:
         with contextlib.ExitStack() as stack:

@@ -179,17 +179,17 @@ def test_an_index_past_the_end_of_a_cut_shard_is_named(s3, bucket, shards_uri, m
             dataset[last]
 
 
-def test_train_reads_the_files_layout_map_style_exactly_once(files_uri):
+def test_train_reads_the_files_layout_map_style_exactly_once_per_epoch(files_uri):
     import io
 
     from mountctl.pytorch.training.trainer import TrainConfig, train
 
-    summary = train(TrainConfig(uri=files_uri, source_kind="s3io", batch_size=8, max_epochs=1, num_workers=2,
+    summary = train(TrainConfig(uri=files_uri, source_kind="s3io", batch_size=8, max_epochs=2, num_workers=2,
                                 arch="resnet18", progress=False, warmup_batches=1, accelerator="cpu",
                                 precision="32-true"), out=io.StringIO())
-    epoch = summary["epochs"][0]
-    assert epoch["images"] == epoch["distinct_images"] == IMAGES and epoch["repeated_images"] == 0
-    assert epoch["data_epochs"] == [0]
+    for number, epoch in enumerate(summary["epochs"]):
+        assert epoch["images"] == epoch["distinct_images"] == IMAGES and epoch["repeated_images"] == 0
+        assert epoch["data_epochs"] == [number]
 
 
 def test_make_files_layout_and_bench_one_kind_on_it_from_the_command_line(s3_env, bucket, mount_root):
@@ -203,3 +203,17 @@ def test_make_files_layout_and_bench_one_kind_on_it_from_the_command_line(s3_env
                        "--warmup-batches", "1"])
     assert benched.returncode == 0, benched.stderr[-2000:]
     assert json.loads(benched.stdout.strip().splitlines()[-1])["epochs"][0]["images"] == 12
+
+
+def test_two_ddp_ranks_train_every_file_once_through_one_mount(files_uri, mount_root):
+    from torch_support import last_json_line
+
+    require_fuse()
+    done = run_cli(["train", files_uri, "--source-kind", "mountpoint", "--devices", "2", "--strategy", "ddp",
+                    "--accelerator", "cpu", "--num-workers", "1", "--batch-size", "8", "--precision", "32",
+                    "--no-progress"])
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = last_json_line(done.stdout)
+    epoch = summary["epochs"][0]
+    assert summary["world_size"] == 2 and len({rank["mount_pid"] for rank in summary["ranks"]}) == 1
+    assert epoch["images"] == epoch["distinct_images"] == IMAGES and epoch["repeated_images"] == 0

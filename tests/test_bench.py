@@ -156,3 +156,16 @@ def test_a_bad_sweep_fails_before_anything_runs():
         preset("quick", uri="s3://bucket/p/", accelerator="tpu")
     with pytest.raises(InvalidSpec, match="shard size"):
         preset("quick", uri="s3://bucket/p/", shard_sizes=("lots",))
+
+
+def test_map_cells_read_both_layouts_per_route_beside_local_disk(sweep):
+    config, result, paths = sweep
+    maps = cells(result, "map", status=None)
+    assert maps and all(c["status"] == "ok" for c in maps), [c["status"] for c in maps if c["status"] != "ok"]
+    assert {c["layout"] for c in maps} == {"files", "shards-random"}
+    assert {c["source"] for c in maps} == {LOCAL, *(label for label, _, _ in source_plan(config))}
+    assert {c["readahead_threads"] for c in maps} == {0, 16}
+    assert all(c["samples_per_s"] > 0 and c["ratio_to_local_disk"] for c in maps)
+    assert all(c["ratio_to_sequential"] for c in maps if c["layout"] == "shards-random")
+    with open(paths["md"], encoding="utf-8") as f:
+        assert "## Map-style" in f.read()

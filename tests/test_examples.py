@@ -64,3 +64,10 @@ def test_checkpoint_s3_saves_and_loads_back_the_same_tensors(s3_env, s3, bucket)
     assert result["identical"] is True and result["tensors"] > 0
     head = s3.head_object(Bucket=bucket, Key="checkpoints/resnet18.pt")
     assert head["ContentLength"] > 1_000_000
+
+
+def test_imagefolder_over_mount_reads_every_image_with_and_without_read_ahead(s3_env, image_folder,
+                                                                               nothing_left_behind):
+    result = output(run_example("imagefolder_over_mount.py", image_folder))
+    assert result["images"] == 24 and result["classes"] == list(CLASSES)
+    assert set(result["images_per_s"]) == {"readahead_0", "readahead_16"}

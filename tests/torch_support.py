@@ -12,12 +12,12 @@ RESNET_PY = os.path.join(REPO, "resnet.py")
 
 
 def make_tiny_dataset(uri: str, *, num_images: int = 48, image_size: int = 32, num_classes: int = 10,
-                      shard_size: str = "100MB", seed: int = 0):
+                      shard_size: str = "100MB", seed: int = 0, layout: str = "shards"):
     """A real dataset written by the same code as `resnet.py make`; returns its MakeResult."""
     from mountctl.pytorch.data.synthetic import MakeConfig, make_dataset, parse_size
 
     config = MakeConfig(uri=uri, num_images=num_images, image_size=image_size, num_classes=num_classes,
-                        shard_size=parse_size(shard_size), seed=seed, jobs=1)
+                        shard_size=parse_size(shard_size), seed=seed, jobs=1, layout=layout)
     return make_dataset(config, progress=False)
 
 

@@ -35,7 +35,7 @@ def _make(args: argparse.Namespace) -> int:
 
     config = MakeConfig(uri=args.uri, num_images=args.num_images, image_size=args.image_size,
                         num_classes=args.num_classes, shard_size=parse_size(args.shard_size), seed=args.seed,
-                        jobs=args.jobs)
+                        jobs=args.jobs, layout=args.layout)
     result = make_dataset(config, progress=not args.no_progress)
     print(json.dumps(result.summary(config.uri)), flush=True)
     return 0
@@ -51,7 +51,15 @@ def _train(args: argparse.Namespace) -> int:
         checkpoint_dir=args.checkpoint_dir, resume=args.resume, seed=args.seed, lr=args.lr,
         shuffle_buffer=args.shuffle_buffer, warmup_batches=args.warmup_batches, progress=not args.no_progress,
         log_dir=args.log_dir, decode=args.decode, checkpoint_every_n_steps=args.checkpoint_every_n_steps,
-        sample_log=args.sample_log, num_nodes=args.num_nodes, arch=args.arch))
+        sample_log=args.sample_log, num_nodes=args.num_nodes, arch=args.arch, random_access=args.random_access))
+    return 0
+
+
+def _index(args: argparse.Namespace) -> int:
+    from mountctl import resolve
+    from mountctl.pytorch.data.tarindex import index_dataset
+
+    print(json.dumps(index_dataset(resolve(), args.uri)), flush=True)
     return 0
 
 
@@ -87,7 +95,15 @@ def build_parser() -> argparse.ArgumentParser:
     make.add_argument("--seed", type=int, default=0)
     make.add_argument("--jobs", type=int, default=0, help="shards built and uploaded at once (default: CPU cores)")
     make.add_argument("--no-progress", action="store_true", help="no progress bar")
+    make.add_argument("--layout", choices=("shards", "files"), default="shards",
+                      help="shards: WebDataset tar shards (default); files: one JPEG object per sample, "
+                      "ImageFolder layout PREFIX/train/<class>/<key>.jpg")
     make.set_defaults(func=_make)
+
+    index = commands.add_parser("index", help="add the tar index (random access by sample) to the manifest of "
+                                "shards made before it existed; the shards are read, not rewritten")
+    index.add_argument("uri", help="s3://bucket/prefix/ holding shards and manifest.json")
+    index.set_defaults(func=_index)
 
     train = commands.add_parser("train", help="train ResNet-50 on a dataset written by `make`")
     train.add_argument("uri", help="s3://bucket/prefix/ holding shards and manifest.json")
@@ -128,6 +144,8 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--decode", choices=DECODE_CHOICES, default="auto",
                        help="where JPEGs are decoded: cpu (DataLoader workers), gpu (workers yield bytes, the "
                        "training GPU decodes with nvJPEG), auto (gpu when training on CUDA, else cpu)")
+    train.add_argument("--random-access", action="store_true", help="indexed shards: read map-style, one ranged "
+                       "read per sample, for a global shuffle (the files layout is always read map-style)")
     train.set_defaults(func=_train)
 
     bench = commands.add_parser("bench", help="every source kind side by side with the local-disk and raw-GET "

@@ -36,6 +36,11 @@ class LocalDiskSource:
     def describe(self) -> dict[str, Any]:
         return {"kind": self.kind, "path": self.root}
 
+    def map_reader(self, names: Sequence[str], *, ranged: bool = False) -> Any:
+        from mountctl.pytorch.data.sources.mountpoint import FileReader
+
+        return FileReader(self.root, tuple(names))
+
 
 @dataclass(frozen=True)
 class RawGetSource:

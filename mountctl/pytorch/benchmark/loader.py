@@ -51,7 +51,7 @@ def bench_loader(config: BenchConfig, *, settings: S3Settings | None = None) -> 
     with open_source(config.source_kind, config.uri, settings, backend=config.backend,
                      mount_dir=config.mount_dir) as source:
         dataset = ShardDataset(manifest, source, batch_size=config.batch_size, seed=config.seed)
-        for epoch in range(config.epochs):
+        for epoch in range(config.epochs if manifest.layout == "shards" else 0):
             extra = {"timeout": BATCH_TIMEOUT_S} if config.num_workers else {}
             loader = EpochLoader(dataset, epoch_fn=functools.partial(int, epoch), num_workers=config.num_workers,
                                  **extra)
@@ -64,6 +64,16 @@ def bench_loader(config: BenchConfig, *, settings: S3Settings | None = None) -> 
             epochs.append({"epoch": epoch, "batches": len(sizes), "images": sum(sizes), "distinct_images": len(seen),
                            "warmup_batches": rate.warmup_batches, "seconds": round(marks[-1] - marks[0], 3),
                            "images_per_s": rate.images_per_s})
+        if manifest.layout == "files":  # one object per sample: the map-style loader, read-ahead on
+            from mountctl.pytorch.benchmark.map_cells import READAHEAD_THREADS, map_loader_cell
+
+            for epoch in range(config.epochs):
+                cell = map_loader_cell(manifest, source, config.uri, num_workers=config.num_workers,
+                                       batch_size=config.batch_size, warmup_batches=config.warmup_batches,
+                                       images=manifest.num_images, readahead_threads=READAHEAD_THREADS,
+                                       seed=config.seed + epoch)
+                epochs.append({"epoch": epoch, "batches": cell["batches"], "images": cell["images"],
+                               "warmup_batches": cell["warmup_batches"], "images_per_s": cell["samples_per_s"]})
         described = source.describe()
     return {"uri": config.uri, "source_kind": config.source_kind, "source": described,
             "dataset_images": manifest.num_images, "shards": len(manifest.shards), "bytes": manifest.total_bytes,

@@ -94,6 +94,9 @@ def markdown(result: dict[str, Any]) -> str:
           c.get("ratio_to_s3io_range"), c.get("loader_cpu_pct"), c.get("daemon_cpu_pct")] if c["status"] == "ok"
          else [c["dataset"], c["source"], c.get("variant"), c["status"], "", "", "", "", ""]
          for c in _ok(cells, "random")]))
+    from mountctl.pytorch.benchmark.map_cells import map_markdown
+
+    parts += [section for section in [map_markdown(cells, _table)] if section]
     notes = [c["status"] for c in cells if c["cell"] == "gpu"]
     if notes:
         parts.append("GPU cells: " + "; ".join(notes) + ".")

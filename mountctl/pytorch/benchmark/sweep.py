@@ -25,6 +25,7 @@ from mountctl.pytorch.benchmark.cells import ceiling_cell, first_sample_cell, lo
 from mountctl.pytorch.benchmark.config import DatasetSpec, SweepConfig
 from mountctl.pytorch.benchmark.facts import machine_facts, versions
 from mountctl.pytorch.benchmark.limits import LocalDiskSource, copy_shards, raw_get
+from mountctl.pytorch.benchmark.map_cells import add_map_ratios, map_cell_count, map_cells
 from mountctl.pytorch.data.manifest import Manifest, load_manifest
 from mountctl.pytorch.data.sources import open_source
 from mountctl.pytorch.data.synthetic import MakeConfig, make_dataset, parse_size
@@ -236,12 +237,16 @@ def run_sweep(config: SweepConfig, *, settings: S3Settings | None = None) -> dic
     per_dataset = 1 + ((sources + 1) * (1 + len(config.num_workers) * len(EPOCHS)) if config.loader_cells else 0)
     per_dataset += routes * (len(config.bytes_readers) * len(EPOCHS) + 1) if config.bytes_cells else 0
     total = len(manifests) * per_dataset + ((1 + sources * len(EPOCHS)) if config.train else 0)
+    total += map_cell_count(config, sources)
     scratch = tempfile.mkdtemp(prefix="mountctl-bench-")
     with tqdm(total=total, unit="cell", desc="bench", disable=not config.progress) as bar:
         run = _Run(config, settings, bar)
         try:
             for spec, manifest in manifests:
                 _dataset_cells(run, spec, manifest, scratch)
+            first, first_manifest = manifests[0]  # map-style cells: the files layout, and random access into these
+            map_cells(run, first_manifest, first.uri(config.uri), first.label,
+                      LocalDiskSource(f"{scratch}/{first.label}"), source_plan(config), scratch)
             if train_manifest is not None and gpu_missing:
                 for cell in ("ceiling", "train"):
                     run.cells.append({"cell": cell, "status": "not run: --accelerator gpu but no CUDA device"})
@@ -254,6 +259,7 @@ def run_sweep(config: SweepConfig, *, settings: S3Settings | None = None) -> dic
         run.cells.append({"cell": "gpu", "status": "not run: --accelerator cpu (no GPU on this machine)"
                           if result["machine"]["gpu"] is None else "not run: --accelerator cpu"})
     _add_ratios(run.cells)
+    add_map_ratios(run.cells)
     result["cells"] = run.cells
     result["seconds"] = round(time.perf_counter() - started, 1)
     result["machine"]["load_average_end"] = [round(x, 2) for x in os.getloadavg()]

@@ -4,7 +4,11 @@ Sample ``i`` is a function of (seed, i) alone: a seeded random colour field
 with texture, JPEG-encoded, and a seeded label.  So a shard's bytes depend
 only on the seed, image size, class count and the sample range it holds, and
 that recipe is stored in the object's metadata: a re-run skips every shard
-whose object already carries the same recipe, without rebuilding it.
+whose object already carries the same recipe, without rebuilding it.  Each
+shard's tar index goes into the manifest (for random access by sample).
+
+``--layout files`` writes one JPEG object per sample instead, in ImageFolder
+layout (``PREFIX/train/<class>/<key>.jpg``), and a manifest listing them all.
 """
 
 from __future__ import annotations
@@ -19,14 +23,18 @@ import os
 import re
 import sys
 import tarfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from mountctl import InvalidSpec, S3Settings, parse_s3_uri, resolve, s3
-from mountctl.pytorch.data.manifest import MANIFEST_NAME, Manifest, ShardInfo, save_manifest
+from mountctl.pytorch.data.manifest import FILES_FORMAT, MANIFEST_NAME, FileInfo, Manifest, ShardInfo, save_manifest
 from mountctl.s3 import ensure_bucket
 
-__all__ = ["MakeConfig", "MakeResult", "make_dataset", "parse_size", "sample_jpeg", "build_shard"]
+__all__ = ["MakeConfig", "MakeResult", "make_dataset", "parse_size", "sample_jpeg", "build_shard", "LAYOUTS",
+           "class_folder", "file_key"]
+
+LAYOUTS = ("shards", "files")
+_FILES_PER_TASK = 64  # files layout: JPEGs made and uploaded per task
 
 GENERATOR_VERSION = 1
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)?\s*$", re.IGNORECASE)
@@ -55,6 +63,7 @@ class MakeConfig:
     seed: int = 0
     jobs: int = 0  # 0: one per CPU core
     jpeg_quality: int = 90
+    layout: str = "shards"
 
     def __post_init__(self) -> None:
         location = parse_s3_uri(self.uri)
@@ -69,6 +78,8 @@ class MakeConfig:
             raise InvalidSpec(f"--shard-size must be at least 1KB, not {self.shard_size} bytes")
         if self.jobs < 0:
             raise InvalidSpec(f"--jobs cannot be negative ({self.jobs})")
+        if self.layout not in LAYOUTS:
+            raise InvalidSpec(f"--layout must be one of {', '.join(LAYOUTS)}, not {self.layout!r}")
 
 
 @dataclass(frozen=True)
@@ -78,7 +89,8 @@ class MakeResult:
     skipped: int
 
     def summary(self, uri: str) -> dict[str, Any]:
-        return {"uri": uri, "images": self.manifest.num_images, "shards": len(self.manifest.shards),
+        return {"uri": uri, "layout": self.manifest.layout, "images": self.manifest.num_images,
+                "shards": len(self.manifest.shards), "files": len(self.manifest.files),
                 "bytes": self.manifest.total_bytes, "uploaded": self.uploaded, "skipped": self.skipped,
                 "manifest": uri + MANIFEST_NAME}
 
@@ -142,9 +154,15 @@ def _client(settings: S3Settings) -> Any:
     return s3.client(settings, connect_timeout=5, read_timeout=120, retries=5)
 
 
-def _make_shard(config: MakeConfig, settings: S3Settings, name: str, first: int, count: int
-                ) -> tuple[ShardInfo, bool]:
-    """Build and upload one shard unless an identical one is there; (info, uploaded?)."""
+def _indexed(name: str, count: int, first: int, data: bytes, digest: str) -> ShardInfo:
+    from mountctl.pytorch.data.tarindex import index_tar
+
+    return ShardInfo(name, count, first, len(data), digest, members=tuple(index_tar(name, io.BytesIO(data), count)))
+
+
+def _make_shard(config: MakeConfig, settings: S3Settings, name: str, first: int, count: int,
+                previous: ShardInfo | None = None) -> tuple[ShardInfo, bool]:
+    """Build and upload one shard unless an identical one is there; (info with its tar index, uploaded?)."""
     from botocore.exceptions import ClientError
 
     location = parse_s3_uri(config.uri)
@@ -155,7 +173,11 @@ def _make_shard(config: MakeConfig, settings: S3Settings, name: str, first: int,
         head = client.head_object(Bucket=location.bucket, Key=key)
         meta = head.get("Metadata", {})
         if meta.get("mountctl-recipe") == recipe and str(head["ContentLength"]) == meta.get("mountctl-bytes"):
-            return ShardInfo(name, count, first, int(head["ContentLength"]), meta["mountctl-sha256"]), False
+            info = ShardInfo(name, count, first, int(head["ContentLength"]), meta["mountctl-sha256"])
+            if previous is not None and previous.members is not None and previous.sha256 == info.sha256:
+                return replace(info, members=previous.members), False
+            # Same recipe, same bytes: rebuild locally (no upload) just to index it.
+            return _indexed(name, count, first, build_shard(config, first, count), info.sha256), False
     except ClientError as exc:
         if not s3.is_not_found(exc):
             raise
@@ -164,7 +186,7 @@ def _make_shard(config: MakeConfig, settings: S3Settings, name: str, first: int,
     metadata = {"mountctl-recipe": recipe, "mountctl-sha256": digest, "mountctl-bytes": str(len(data))}
     client.upload_fileobj(io.BytesIO(data), location.bucket, key,
                           ExtraArgs={"Metadata": metadata, "ContentType": "application/x-tar"})
-    return ShardInfo(name, count, first, len(data), digest), True
+    return _indexed(name, count, first, data, digest), True
 
 
 def make_dataset(config: MakeConfig, *, settings: S3Settings | None = None, progress: bool = True) -> MakeResult:
@@ -174,6 +196,10 @@ def make_dataset(config: MakeConfig, *, settings: S3Settings | None = None, prog
     settings = settings or resolve()
     location = parse_s3_uri(config.uri)
     ensure_bucket(settings, location.bucket, create=True)
+    previous = _previous_manifest(settings, config)
+    if config.layout == "files":
+        return _make_files(config, settings, previous, progress)
+    known = {s.name: s for s in previous.shards} if previous is not None else {}
     per_shard = images_per_shard(config)
     tasks = [(f"shard-{i:06d}.tar", first, min(per_shard, config.num_images - first))
              for i, first in enumerate(range(0, config.num_images, per_shard))]
@@ -183,12 +209,13 @@ def make_dataset(config: MakeConfig, *, settings: S3Settings | None = None, prog
     with bar:
         if jobs == 1:
             for name, first, count in tasks:
-                results[name] = _make_shard(config, settings, name, first, count)
+                results[name] = _make_shard(config, settings, name, first, count, known.get(name))
                 bar.update()
         else:
             # spawn: each worker starts clean and makes its own S3 client.
             with concurrent.futures.ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
-                futures = {pool.submit(_make_shard, config, settings, *task): task[0] for task in tasks}
+                futures = {pool.submit(_make_shard, config, settings, *task, known.get(task[0])): task[0]
+                           for task in tasks}
                 for future in concurrent.futures.as_completed(futures):
                     results[futures[future]] = future.result()
                     bar.update()
@@ -199,3 +226,85 @@ def make_dataset(config: MakeConfig, *, settings: S3Settings | None = None, prog
     save_manifest(_client(settings), config.uri, manifest)
     uploaded = sum(1 for _, fresh in results.values() if fresh)
     return MakeResult(manifest, uploaded=uploaded, skipped=len(tasks) - uploaded)
+
+
+def _previous_manifest(settings: S3Settings, config: MakeConfig) -> Manifest | None:
+    """The manifest already at the prefix if it was made with the same recipe (its index is reused)."""
+    location = parse_s3_uri(config.uri)
+    try:
+        body = _client(settings).get_object(Bucket=location.bucket, Key=location.prefix + MANIFEST_NAME)["Body"]
+        old = Manifest.from_dict(json.loads(body.read()))
+    except Exception:  # none, or unreadable: make everything as if new
+        return None
+    same = (old.seed, old.image_size, old.num_classes, old.layout) == (
+        config.seed, config.image_size, config.num_classes, config.layout)
+    return old if same else None
+
+
+def class_folder(label: int, num_classes: int) -> str:
+    """The class folder name: zero-padded, so ImageFolder's sorted class order is the label order."""
+    return f"c{label:0{max(4, len(str(num_classes - 1)))}d}"
+
+
+def file_key(index: int, label: int, num_classes: int) -> str:
+    return f"train/{class_folder(label, num_classes)}/{index:08d}.jpg"
+
+
+def _make_files_chunk(config: MakeConfig, settings: S3Settings, first: int, count: int,
+                      known: dict[int, FileInfo]) -> tuple[list[FileInfo], int]:
+    """Make and upload JPEGs ``first`` .. ``first + count - 1``, except those already there; (infos, uploaded)."""
+    location = parse_s3_uri(config.uri)
+    client = _client(settings)
+    infos, uploaded = [], 0
+    for index in range(first, first + count):
+        if index in known:
+            infos.append(known[index])
+            continue
+        image, label = sample_jpeg(config.seed, index, config.image_size, config.num_classes, config.jpeg_quality)
+        key = file_key(index, label, config.num_classes)
+        client.put_object(Bucket=location.bucket, Key=location.prefix + key, Body=image, ContentType="image/jpeg")
+        infos.append(FileInfo(key, label, len(image)))
+        uploaded += 1
+    return infos, uploaded
+
+
+def _make_files(config: MakeConfig, settings: S3Settings, previous: Manifest | None, progress: bool
+                ) -> MakeResult:
+    """The files layout: one object per sample; objects a same-recipe manifest lists and S3 has are kept."""
+    from tqdm import tqdm
+
+    location = parse_s3_uri(config.uri)
+    known: dict[int, FileInfo] = {}
+    if previous is not None and previous.layout == "files":
+        sizes: dict[str, int] = {}
+        pages = _client(settings).get_paginator("list_objects_v2").paginate(
+            Bucket=location.bucket, Prefix=location.prefix + "train/")
+        for page in pages:
+            sizes.update({item["Key"][len(location.prefix):]: int(item["Size"]) for item in page.get("Contents", [])})
+        known = {i: f for i, f in enumerate(previous.files) if sizes.get(f.key) == f.bytes}
+    tasks = [(first, min(_FILES_PER_TASK, config.num_images - first))
+             for first in range(0, config.num_images, _FILES_PER_TASK)]
+    jobs = min(config.jobs or os.cpu_count() or 1, len(tasks))
+    results: dict[int, tuple[list[FileInfo], int]] = {}
+    bar = tqdm(total=config.num_images, unit="img", desc=f"make {config.uri}", disable=not progress, file=sys.stderr)
+    def chunk_known(first: int, count: int) -> dict[int, FileInfo]:
+        return {i: known[i] for i in range(first, first + count) if i in known}
+
+    with bar:
+        if jobs == 1:
+            for first, count in tasks:
+                results[first] = _make_files_chunk(config, settings, first, count, chunk_known(first, count))
+                bar.update(count)
+        else:
+            with concurrent.futures.ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+                futures = {pool.submit(_make_files_chunk, config, settings, first, count, chunk_known(first, count)):
+                           first for first, count in tasks}
+                for future in concurrent.futures.as_completed(futures):
+                    results[futures[future]] = future.result()
+                    bar.update(len(results[futures[future]][0]))
+    files = tuple(info for first, _ in tasks for info in results[first][0])
+    manifest = Manifest(num_images=config.num_images, image_size=config.image_size, num_classes=config.num_classes,
+                        seed=config.seed, shards=(), format=FILES_FORMAT, files=files)
+    save_manifest(_client(settings), config.uri, manifest)
+    uploaded = sum(n for _, n in results.values())
+    return MakeResult(manifest, uploaded=uploaded, skipped=config.num_images - uploaded)

@@ -68,6 +68,8 @@ class TrainConfig:
     decode: str = "auto"  # where JPEGs are decoded: cpu (workers), gpu (the training device), auto
     checkpoint_every_n_steps: int = 0  # 0: last.ckpt only at epoch ends and when training stops
     sample_log: str | None = None  # FILE (FILE.rank<N> per rank when several): "key epoch global_step rank" lines
+    random_access: bool = False  # indexed shards read map-style (one ranged read per sample); files layout always is
+    readahead_threads: int = 16  # map-style: objects fetched in parallel per DataLoader worker (0: one at a time)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "uri", str(parse_s3_uri(self.uri)))
@@ -146,6 +148,19 @@ def _summary(config: TrainConfig, manifest: Any, trainer: Any, source: Any, moni
     }
 
 
+def _datamodule(config: TrainConfig, manifest: Any, source: Any, num_workers: int, pin_memory: bool,
+                decode: str) -> Any:
+    """Map-style for the files layout (and indexed shards with ``random_access``), else the shard stream."""
+    from mountctl.pytorch.data.datamodule import MapDataModule, ShardDataModule
+
+    if manifest.layout == "files" or config.random_access:
+        return MapDataModule(manifest, source, config.uri, batch_size=config.batch_size, num_workers=num_workers,
+                             seed=config.seed, pin_memory=pin_memory, readahead_threads=config.readahead_threads)
+    return ShardDataModule(manifest, source, batch_size=config.batch_size, num_workers=num_workers,
+                           seed=config.seed, shuffle_buffer=config.shuffle_buffer, pin_memory=pin_memory,
+                           decode=decode)
+
+
 def train(config: TrainConfig, *, settings: S3Settings | None = None, out: TextIO | None = None) -> dict[str, Any]:
     """Train as configured; return the summary (and print it as one JSON line on rank 0)."""
     from mountctl.pytorch.training.checkpoint import CheckpointTarget
@@ -165,7 +180,6 @@ def train(config: TrainConfig, *, settings: S3Settings | None = None, out: TextI
     import torch
     from lightning.pytorch.loggers import CSVLogger
 
-    from mountctl.pytorch.data.datamodule import ShardDataModule
     from mountctl.pytorch.training.model import ResNetClassifier
     from mountctl.pytorch.training.sample_log import SampleLog
     from mountctl.pytorch.training.save_last import SaveLastCheckpoint
@@ -199,9 +213,8 @@ def train(config: TrainConfig, *, settings: S3Settings | None = None, out: TextI
         model = ResNetClassifier(manifest.num_classes, lr=config.learning_rate, arch=config.arch)
         if decode == "gpu":  # images arrive channels_last from the decoder: keep the convolutions in it
             model = model.to(memory_format=torch.channels_last)
-        data = ShardDataModule(manifest, source, batch_size=config.batch_size, num_workers=num_workers,
-                               seed=config.seed, shuffle_buffer=config.shuffle_buffer,
-                               pin_memory=trainer.strategy.root_device.type == "cuda", decode=decode)
+        data = _datamodule(config, manifest, source, num_workers, trainer.strategy.root_device.type == "cuda",
+                           decode)
         trainer.fit(model, datamodule=data, ckpt_path=resume_from, weights_only=True)
         summary = _summary(config, manifest, trainer, source, monitor, num_workers=num_workers,
                            precision=precision, decode=decode, resumed_from=resume_from,

@@ -3,13 +3,41 @@
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
 from mountctl import S3Settings, parse_s3_uri
+from mountctl.pytorch.data.sources.reader_state import PerProcessState
 
-__all__ = ["FsspecSource", "fsspec_source"]
+__all__ = ["FsspecSource", "fsspec_source", "FsspecReader"]
+
+
+@dataclass
+class FsspecReader(PerProcessState):
+    """Map-style reads through s3fs: one ``cat_file`` (a GET, ranged for ``offset``) per sample.
+
+    The ``S3FileSystem`` is made in the process that reads (after a DataLoader's fork).
+    """
+
+    paths: tuple[str, ...]  # bucket/prefix/name
+    settings: S3Settings
+
+    def __post_init__(self) -> None:
+        self._filesystem: Any = None
+        self._pid = 0
+
+    def read(self, j: int, offset: int | None = None, length: int | None = None) -> bytes:
+        if self._filesystem is None or self._pid != os.getpid():
+            import s3fs
+
+            # skip_instance_cache: an instance cached before fork would carry the parent's event loop.
+            self._filesystem = s3fs.S3FileSystem(skip_instance_cache=True, **self.settings.s3fs_options())
+            self._pid = os.getpid()
+        if offset is None or length is None:
+            return bytes(self._filesystem.cat_file(self.paths[j]))
+        return bytes(self._filesystem.cat_file(self.paths[j], start=offset, end=offset + length))
 
 
 @dataclass(frozen=True)
@@ -30,6 +58,9 @@ class FsspecSource:
 
     def describe(self) -> dict[str, Any]:
         return {"kind": self.kind, "uri": "s3://" + self.path, "endpoint": self.settings.endpoint_url}
+
+    def map_reader(self, names: Sequence[str], *, ranged: bool = False) -> FsspecReader:
+        return FsspecReader(tuple(self.path + name for name in names), self.settings)
 
 
 @contextlib.contextmanager

@@ -9,8 +9,41 @@ from dataclasses import dataclass
 from typing import Any, BinaryIO
 
 from mountctl import S3Settings, parse_s3_uri, s3
+from mountctl.pytorch.data.sources.reader_state import PerProcessState
 
-__all__ = ["MountpointSource", "mountpoint_source"]
+__all__ = ["MountpointSource", "mountpoint_source", "FileReader"]
+
+
+@dataclass
+class FileReader(PerProcessState):
+    """Map-style reads of files under ``root`` (a mount or a local directory): whole, or ``pread`` of a range.
+
+    Range reads keep one descriptor per file per process; threads share it (``pread`` has no file position).
+    """
+
+    root: str
+    names: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        self._fds: dict[int, int] = {}
+        self._pid = os.getpid()
+
+    def read(self, j: int, offset: int | None = None, length: int | None = None) -> bytes:
+        path = os.path.join(self.root, self.names[j])
+        if offset is None or length is None:
+            with open(path, "rb") as f:
+                return f.read()
+        if self._pid != os.getpid():  # descriptors of the parent are not ours to share after fork
+            self._fds, self._pid = {}, os.getpid()
+        fd = self._fds.get(j)
+        if fd is None:
+            fd = self._fds.setdefault(j, os.open(path, os.O_RDONLY | os.O_CLOEXEC))
+        return os.pread(fd, length, offset)
+
+    def close(self) -> None:
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds = {}
 
 
 @dataclass(frozen=True)
@@ -37,6 +70,10 @@ class MountpointSource:
 
     def describe(self) -> dict[str, Any]:
         return {"kind": self.kind, "path": self.root, "backend": self.backend, "mount_pid": self.mount_pid}
+
+    def map_reader(self, names: Sequence[str], *, ranged: bool = False) -> FileReader:
+        """Objects (or, ``ranged``, byte ranges of shards) read through the mount as files."""
+        return FileReader(self.root, tuple(names))
 
 
 @contextlib.contextmanager

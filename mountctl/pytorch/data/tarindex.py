@@ -1,0 +1,100 @@
+"""The tar index of a shard: where each sample's ``.jpg`` and ``.cls`` members lie, for random access.
+
+``index_tar`` reads a shard once, front to back (a stream is enough: no
+seeking), and returns one ``Member`` per sample in tar order.  ``make`` stores
+it in the manifest; ``resnet.py index URI`` (``index_dataset``) adds it to a
+manifest written before the index existed, reading each shard with one GET
+and leaving the shards themselves untouched.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import tarfile
+import zlib
+from dataclasses import replace
+from typing import Any, BinaryIO
+
+from mountctl import S3Settings, parse_s3_uri, s3
+from mountctl.pytorch.data.manifest import MANIFEST_NAME, Member, load_manifest, save_manifest
+from mountctl.pytorch.errors import DatasetError, TruncatedShard
+
+__all__ = ["index_tar", "index_dataset", "IndexResult"]
+
+IndexResult = dict[str, Any]
+
+
+class _Hashing:
+    """A read-only stream that hashes and counts what passes through it."""
+
+    def __init__(self, stream: BinaryIO) -> None:
+        self.stream = stream
+        self.sha256 = hashlib.sha256()
+        self.size = 0
+
+    def read(self, size: int = -1) -> bytes:
+        data = self.stream.read(size)
+        self.sha256.update(data)
+        self.size += len(data)
+        return data
+
+
+def index_tar(name: str, stream: BinaryIO, expected: int | None = None) -> list[Member]:
+    """One ``(jpg offset, jpg size, cls offset, cls size, jpg CRC-32)`` per sample of shard ``name``.
+
+    A tar cut at a member boundary reads as a shorter one: ``expected`` (the manifest's count) catches that.
+    """
+    members: list[Member] = []
+    pending: dict[str, tuple[int, int, int]] = {}  # key -> (jpg offset, size, crc) until its .cls arrives
+    try:
+        with tarfile.open(fileobj=stream, mode="r|") as tar:
+            for info in tar:
+                if not info.isfile():
+                    continue
+                key, _, ext = info.name.rpartition(".")
+                if ext == "jpg":
+                    data = tar.extractfile(info).read()  # type: ignore[union-attr]
+                    if len(data) != info.size:
+                        raise EOFError(f"{info.name} is cut off")
+                    pending[key] = (info.offset_data, info.size, zlib.crc32(data))
+                elif ext == "cls" and key in pending:
+                    offset, size, crc = pending.pop(key)
+                    members.append((offset, size, info.offset_data, info.size, crc))
+    except (tarfile.TarError, EOFError) as exc:
+        raise TruncatedShard(f"shard {name} is truncated or corrupt after {len(members)} samples ({exc}); "
+                             "re-run `resnet.py make` with the original arguments to rewrite it", shard=name) from None
+    if pending:
+        raise TruncatedShard(f"shard {name}: samples {sorted(pending)[:3]} have a .jpg but no .cls label",
+                             shard=name)
+    if expected is not None and len(members) != expected:
+        raise TruncatedShard(f"shard {name} holds {len(members)} samples but the manifest says {expected}: it was "
+                             "truncated or overwritten; re-run `resnet.py make` with the original arguments",
+                             shard=name)
+    return members
+
+
+def index_dataset(settings: S3Settings, uri: str) -> IndexResult:
+    """Read every shard of ``uri`` once and write its tar index into ``manifest.json``.
+
+    Each shard must still match the manifest (size and SHA-256); the shards are not rewritten.
+    """
+    manifest = load_manifest(settings, uri)
+    if manifest.layout != "shards":
+        raise DatasetError(f"{uri} holds one object per sample (files layout): it needs no tar index")
+    location = parse_s3_uri(uri)
+    client = s3.client(settings, read_timeout=120)
+    shards = []
+    for shard in manifest.shards:
+        body = client.get_object(Bucket=location.bucket, Key=location.prefix + shard.name)["Body"]
+        hashing = _Hashing(body)
+        members = index_tar(shard.name, hashing, shard.samples)  # type: ignore[arg-type]
+        while hashing.read(1 << 20):  # the tar's end blocks and padding: part of the checksum
+            pass
+        if hashing.size != shard.bytes or hashing.sha256.hexdigest() != shard.sha256:
+            raise DatasetError(f"shard {shard.name} at {uri} is {hashing.size} bytes with SHA-256 "
+                               f"{hashing.sha256.hexdigest()[:12]}..., but {MANIFEST_NAME} says {shard.bytes} bytes, "
+                               f"{shard.sha256[:12]}...: it was rewritten; re-run `resnet.py make {uri} ...` with "
+                               "the original arguments")
+        shards.append(replace(shard, members=tuple(members)))
+    save_manifest(client, uri, replace(manifest, shards=tuple(shards)))
+    return {"uri": uri, "shards": len(shards), "samples": manifest.num_images, "manifest": uri + MANIFEST_NAME}

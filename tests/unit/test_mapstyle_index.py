@@ -1,0 +1,122 @@
+"""Map-style pure parts: the tar index, the exactly-once batch sampler, bounded read-ahead, the manifest fields.
+
+No S3 and no FUSE: shards are built in memory by the same code as ``resnet.py make``, and the
+read-ahead test reads them from a local directory through the same ``FileReader`` the mount kind uses.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import threading
+import time
+
+import pytest
+
+from mountctl.pytorch.data.manifest import Manifest
+from mountctl.pytorch.data.mapsampler import ExactlyOnceBatchSampler
+from mountctl.pytorch.data.mapstyle import MapSampleDataset, SampleRef
+from mountctl.pytorch.data.sources.mountpoint import FileReader
+from mountctl.pytorch.data.synthetic import MakeConfig, build_shard, sample_jpeg
+from mountctl.pytorch.data.tarindex import index_tar
+from mountctl.pytorch.errors import DatasetError, TruncatedShard
+
+CONFIG = MakeConfig(uri="s3://bkt/p/", num_images=12, image_size=16, num_classes=5, seed=3)
+
+
+def test_tar_index_points_at_each_samples_jpg_and_label():
+    data = build_shard(CONFIG, 4, 6)
+    members = index_tar("s.tar", io.BytesIO(data))
+    assert len(members) == 6
+    for k, (jpg_at, jpg_size, cls_at, cls_size, _) in enumerate(members):
+        image, label = sample_jpeg(3, 4 + k, 16, 5)
+        assert data[jpg_at:jpg_at + jpg_size] == image
+        assert int(data[cls_at:cls_at + cls_size]) == label
+
+
+def test_tar_index_of_a_cut_shard_names_it():
+    data = build_shard(CONFIG, 0, 4)
+    with pytest.raises(TruncatedShard, match="cut.tar"):
+        index_tar("cut.tar", io.BytesIO(data[:4608]), 4)
+
+
+def test_manifest_keeps_the_index_through_json():
+    from mountctl.pytorch.data.manifest import ShardInfo
+
+    members = tuple(index_tar("s.tar", io.BytesIO(build_shard(CONFIG, 0, 3))))
+    manifest = Manifest(3, 16, 5, 3, (ShardInfo("shard-000000.tar", 3, 0, 10240, "ab", members),))
+    again = Manifest.from_dict(json.loads(manifest.to_json()))
+    assert again == manifest and again.indexed
+
+
+def test_manifest_without_index_is_still_read_and_says_so():
+    data = {"num_images": 3, "image_size": 16, "num_classes": 5, "seed": 3, "format": "mountctl-webdataset/1",
+            "shards": [{"name": "a.tar", "samples": 3, "first_index": 0, "bytes": 100, "sha256": "x"}]}
+    assert not Manifest.from_dict(data).indexed
+
+
+@pytest.mark.parametrize("total,world_size,batch_size", [(40, 2, 8), (41, 2, 8), (37, 3, 5), (10, 1, 4)])
+def test_batch_sampler_gives_every_sample_once_and_equal_steps(total, world_size, batch_size):
+    seen = []
+    steps = set()
+    for rank in range(world_size):
+        sampler = ExactlyOnceBatchSampler(total, batch_size=batch_size, world_size=world_size, rank=rank, seed=1)
+        sampler.set_epoch(2)
+        batches = list(sampler)
+        steps.add(len(batches))
+        assert all(epoch == 2 and len(b) <= batch_size for b in batches for epoch, _ in b)
+        seen += [i for b in batches for _, i in b]
+    assert sorted(seen) == list(range(total)) and len(steps) == 1
+
+
+def test_batch_sampler_shuffles_differently_each_epoch():
+    sampler = ExactlyOnceBatchSampler(50, batch_size=50, seed=0)
+    first = [i for _, i in next(iter(sampler))]
+    sampler.set_epoch(1)
+    assert first != [i for _, i in next(iter(sampler))] and sorted(first) == list(range(50))
+
+
+class _SlowReader:
+    """A test double (a real slow store cannot be had on demand here): FileReader plus a delay, counting overlap."""
+
+    def __init__(self, inner: FileReader, delay: float) -> None:
+        self.inner, self.delay, self.active, self.peak = inner, delay, 0, 0
+        self.lock = threading.Lock()
+
+    def read(self, j, offset=None, length=None):
+        with self.lock:
+            self.active += 1
+            self.peak = max(self.peak, self.active)
+        time.sleep(self.delay)
+        with self.lock:
+            self.active -= 1
+        return self.inner.read(j, offset, length)
+
+
+def _folder(tmp_path, count=12):
+    names, refs = [], []
+    for i in range(count):
+        image, label = sample_jpeg(3, i, 16, 5)
+        (tmp_path / f"{i}.jpg").write_bytes(image)
+        names.append(f"{i}.jpg")
+        refs.append(SampleRef(i, i, label, jpg_size=len(image)))
+    return names, refs
+
+
+@pytest.mark.parametrize("threads,budget,peak", [(4, 1 << 20, 4), (4, 1, 1), (0, 1 << 20, 1)])
+def test_read_ahead_overlaps_reads_within_its_thread_and_byte_bounds(tmp_path, threads, budget, peak):
+    names, refs = _folder(tmp_path)
+    reader = _SlowReader(FileReader(str(tmp_path), tuple(names)), 0.05)
+    dataset = MapSampleDataset(reader, names, refs, image_size=16, readahead_threads=threads,
+                               readahead_bytes=budget)
+    samples = dataset.__getitems__(list(range(12)))
+    assert [s[2] for s in samples] == list(range(12))
+    assert reader.peak == peak
+
+
+def test_not_a_jpeg_names_the_object(tmp_path):
+    names, refs = _folder(tmp_path, 2)
+    (tmp_path / "1.jpg").write_bytes(b"GIF89a not really")
+    dataset = MapSampleDataset(FileReader(str(tmp_path), tuple(names)), names, refs, image_size=16, uri="s3://bkt/p/")
+    with pytest.raises(DatasetError, match=r"object s3://bkt/p/1\.jpg is not a JPEG"):
+        dataset[1]

@@ -11,7 +11,7 @@ import json
 from typing import Any
 
 from mountctl import BACKEND_NAMES, InvalidSpec
-from mountctl.pytorch.benchmark.config import ACCELERATORS, PRESETS
+from mountctl.pytorch.benchmark.config import ACCELERATORS, PRESETS, SUITES
 from mountctl.pytorch.data.sources import SOURCE_KINDS
 
 __all__ = ["add_bench_arguments", "run_bench", "DEFAULT_URI"]
@@ -48,6 +48,8 @@ def add_bench_arguments(bench: argparse.ArgumentParser) -> None:
     bench.add_argument("--no-train", action="store_true", help="loader cells only")
     bench.add_argument("--accelerator", choices=ACCELERATORS, default="cpu",
                        help="gpu: training cells in 16-mixed on the GPU, plus the GPU-only ceiling")
+    bench.add_argument("--suite", choices=SUITES, default="all",
+                       help="all (default): every cell; checkpoint: only checkpoint save/load on every route")
     bench.add_argument("--out", default="bench-results", help="where the JSON, Markdown and PNG go")
     bench.add_argument("--no-progress", action="store_true")
     bench.add_argument("--seed", type=int, default=0)
@@ -88,7 +90,7 @@ def run_bench(args: argparse.Namespace) -> int:
         "dataset_sizes": args.dataset_sizes, "image_size": args.image_size, "batch_size": args.batch_size,
         "loader_kinds": args.kinds, "backends": args.backends, "train_steps": args.train_steps,
         "accelerator": args.accelerator, "out": args.out, "progress": not args.no_progress, "seed": args.seed,
-        "train": False if args.no_train else None}
+        "suite": args.suite, "train": False if args.no_train else None}
     config = preset(args.preset or ("quick" if args.quick else "full"), **overrides)  # bad input fails here
     with uri_or_embedded(args.uri, DEFAULT_URI):
         result = run_sweep(config)

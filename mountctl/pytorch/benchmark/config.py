@@ -8,9 +8,10 @@ from mountctl import InvalidSpec, parse_s3_uri
 from mountctl.pytorch.data.sources import SOURCE_KINDS
 from mountctl.pytorch.data.synthetic import parse_size
 
-__all__ = ["DatasetSpec", "SweepConfig", "PRESETS", "ACCELERATORS"]
+__all__ = ["DatasetSpec", "SweepConfig", "PRESETS", "ACCELERATORS", "SUITES"]
 
 ACCELERATORS = ("cpu", "gpu")
+SUITES = ("all", "checkpoint")  # checkpoint: only the checkpoint cells (benchmark/checkpoint_cells.py)
 
 
 @dataclass(frozen=True)
@@ -60,8 +61,11 @@ class SweepConfig:
     quick: bool = False
     progress: bool = True
     seed: int = 0
+    suite: str = "all"
 
     def __post_init__(self) -> None:
+        if self.suite not in SUITES:
+            raise InvalidSpec(f"--suite must be one of {', '.join(SUITES)}, not {self.suite!r}")
         location = parse_s3_uri(self.uri)
         uri = str(location)
         object.__setattr__(self, "uri", uri if uri.endswith("/") else uri + "/")

@@ -6,6 +6,8 @@ import json
 import os
 from typing import Any
 
+from mountctl.pytorch.benchmark.checkpoint_cells import checkpoint_rows, plot_checkpoints
+
 __all__ = ["write_report", "markdown"]
 
 
@@ -60,6 +62,8 @@ def markdown(result: dict[str, Any]) -> str:
           c.get("ratio_to_ceiling"), c.get("loader_cpu_pct"), c.get("daemon_cpu_pct")]
          if c["status"] == "ok" else [c.get("source", c["cell"]), c["status"], "", "", "", "", ""]
          for c in training]))
+    if any(c["cell"] == "checkpoint" for c in cells):
+        parts.append("## Checkpoints: save and load per route\n\n" + _table(*checkpoint_rows(cells)))
     notes = [c["status"] for c in cells if c["cell"] == "gpu"]
     if notes:
         parts.append("GPU cells: " + "; ".join(notes) + ".")
@@ -76,8 +80,12 @@ def _chart(result: dict[str, Any], path: str) -> None:
     groups = list(dict.fromkeys(f"{c['dataset']}\nw={c['num_workers']}" for c in loaders))
     sources = list(dict.fromkeys(c["source"] for c in loaders))
     training = [c for c in result["cells"] if c["cell"] in ("ceiling", "train") and c["status"] == "ok"]
-    figure, (top, bottom) = plt.subplots(2, 1, figsize=(max(8, 1.6 * len(groups) + 4), 9),
-                                         gridspec_kw={"height_ratios": [2, 1]})
+    checkpoints = any(c["cell"] == "checkpoint" for c in result["cells"])
+    figure, panels = plt.subplots(2 + checkpoints, 1, figsize=(max(8, 1.6 * len(groups) + 4), 9 + 4 * checkpoints),
+                                  gridspec_kw={"height_ratios": [2, 1, 1.5][:2 + checkpoints]})
+    top, bottom = panels[0], panels[1]
+    if checkpoints:
+        plot_checkpoints(panels[2], result["cells"])
     width = 0.8 / max(1, len(sources))
     for i, source in enumerate(sources):
         values = {f"{c['dataset']}\nw={c['num_workers']}": c["samples_per_s"] for c in loaders if c["source"] == source}

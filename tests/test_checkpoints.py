@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -91,39 +92,6 @@ def test_unknown_mount_program_in_the_location_is_refused():
         CheckpointTarget.parse("mount+ftp://bucket/ckpt/")
 
 
-def test_dcp_on_two_ranks_to_s3_resumes_training_exactly(s3_env, s3, bucket):
-    done = subprocess.run([sys.executable, os.path.join(REPO, "examples", "dcp_s3.py"), f"s3://{bucket}/dcp/"],
-                          capture_output=True, text=True, timeout=180, cwd=REPO, check=False)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert '"identical": true' in done.stdout and '"resumed_equals_uninterrupted": true' in done.stdout
-    keys = {o["Key"] for o in s3.list_objects_v2(Bucket=bucket, Prefix="dcp/")["Contents"]}
-    assert {"dcp/.metadata", "dcp/__0_0.distcp", "dcp/__1_0.distcp"} <= keys
-
-
-DCP_MOUNT = """
-import os, sys, torch, torch.distributed as dist, torch.multiprocessing as mp
-import mountctl
-from mountctl.pytorch.training import dcp
-from mountctl.pytorch.benchmark.checkpoint_cells import states_equal
-
-def rank_main(rank, where, port):
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=2)
-    settings = mountctl.resolve()
-    torch.manual_seed(0)
-    saved = {"w": torch.randn(64, 64), "b": torch.arange(10), "step": 3}
-    dcp.save(saved, where, settings)
-    loaded = {"w": torch.zeros(64, 64), "b": torch.zeros(10, dtype=torch.int64), "step": 0}
-    dcp.load(loaded, where, settings)
-    assert states_equal(saved, loaded), loaded
-    dist.destroy_process_group()
-
-if __name__ == "__main__":
-    mp.start_processes(rank_main, args=(sys.argv[1], int(sys.argv[2])), nprocs=2, start_method="spawn")
-    print("ok")
-"""
-
-
 def test_dcp_on_two_ranks_to_a_read_write_mount_round_trips(s3_env, s3, bucket, backend, mount_root):
     import socket
 
@@ -131,9 +99,12 @@ def test_dcp_on_two_ranks_to_a_read_write_mount_round_trips(s3_env, s3, bucket, 
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     with mount(f"s3://{bucket}/", str(mount_root / "m"), backend=backend, read_only=False, shared=False) as m:
-        done = subprocess.run([sys.executable, "-c", DCP_MOUNT, os.path.join(m.path, "dcp"), str(port)],
+        # The bench's DCP child: 2 gloo ranks save 8 MB with FileSystemWriter, load it back and compare.
+        done = subprocess.run([sys.executable, "-m", "mountctl.pytorch.benchmark.checkpoint_cells",
+                               os.path.join(m.path, "dcp"), "8", str(port)],
                               capture_output=True, text=True, timeout=180, cwd=REPO, check=False)
-    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-3000:]
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1])["verified"] is True
     keys = {o["Key"] for o in s3.list_objects_v2(Bucket=bucket, Prefix="dcp/")["Contents"]}
     assert "dcp/.metadata" in keys
 
@@ -146,19 +117,16 @@ def test_dcp_load_of_a_missing_checkpoint_names_it(s3_env, bucket):
 # Bad destinations and faults: a clear error, and nothing a later --resume would pick up.
 
 def test_path_route_without_write_permission_is_refused_before_training(s3_env, tmp_path):
-    # Root writes anywhere: the check runs as an unprivileged user, as a training job would.
+    # Root writes anywhere: the check runs with an unprivileged effective user, as a training job would.
     parent = tmp_path / "locked"
     parent.mkdir(mode=0o755)
-    os.chmod(tmp_path, 0o755)
-    code = ("import sys, mountctl; from mountctl.pytorch.training.checkpoint import CheckpointTarget\n"
-            "from mountctl.pytorch.errors import CheckpointError\n"
-            "try:\n    CheckpointTarget.parse(sys.argv[1]).prepare(mountctl.resolve())\n"
-            "except CheckpointError as e:\n    print(e)\n    sys.exit(3)\n")
-    done = subprocess.run([sys.executable, "-c", code, str(parent / "ckpt")], capture_output=True, text=True,
-                          timeout=60, cwd=REPO, check=False, user=65534, group=65534,
-                          env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
-    assert done.returncode == 3, done.stderr[-2000:]
-    assert "--checkpoint-dir" in done.stdout
+    target = CheckpointTarget.parse(str(parent / "ckpt"))
+    os.seteuid(65534)
+    try:
+        with pytest.raises(CheckpointError, match="--checkpoint-dir"):
+            target.prepare(s3_env)
+    finally:
+        os.seteuid(0)
     assert not (parent / "ckpt").exists()
 
 
@@ -170,16 +138,14 @@ def test_path_on_a_read_only_mount_is_refused_before_training(s3_env, bucket, ba
         assert not os.path.exists(target.location)
 
 
-@pytest.mark.parametrize("scheme", ["fsspec+s3", "mount+rclone", "mount+s3fs"])
-def test_save_to_a_missing_bucket_names_the_bucket_and_creates_nothing(s3_env, s3, scheme, mount_root):
+@pytest.mark.parametrize("scheme", ["s3", "fsspec+s3", "mount+rclone"])
+def test_resume_from_a_missing_bucket_says_there_is_no_checkpoint(s3_env, s3, scheme):
+    # (SeaweedFS creates a bucket on the first PUT, and prepare() creates one on a custom endpoint, so a save
+    # cannot meet a missing bucket here; on AWS prepare() refuses it before training.)
     missing = f"no-such-bucket-{os.getpid()}"
-    target = CheckpointTarget.parse(f"{scheme}://{missing}/ckpt/")  # no prepare(): it would create the bucket
-    plugin = target.plugin(s3_env)
-    try:
-        with pytest.raises(CheckpointError, match=f"(?i)bucket.*{missing}|{missing}.*bucket|bucket"):
-            plugin.save_checkpoint(small_state(), target.last)
-    finally:
-        plugin.teardown()
+    target = CheckpointTarget.parse(f"{scheme}://{missing}/ckpt/")
+    with pytest.raises(CheckpointError, match="found no checkpoint"):
+        target.resume_path(s3_env)
     assert missing not in {b["Name"] for b in s3.list_buckets()["Buckets"]}
 
 
@@ -190,7 +156,7 @@ def test_fsspec_save_survives_an_s3_server_restart(tmp_path, monkeypatch):
         for name, value in server.env().items():
             monkeypatch.setenv(name, value)
         settings = server.settings()
-        state = {"big": torch.randn(64 << 20 >> 2)}  # 64 MB: the upload is under way when the server stops
+        state = {"big": torch.randn(512 << 20 >> 2)}  # 512 MB: the upload is under way when the server stops
         plugin = FsspecCheckpointIO(settings, retry_for_s=90)
         outcome: dict = {}
 
@@ -203,8 +169,9 @@ def test_fsspec_save_survives_an_s3_server_restart(tmp_path, monkeypatch):
 
         saver = threading.Thread(target=save, daemon=True)
         saver.start()
-        time.sleep(0.3)
+        time.sleep(1.0)
         server.stop()
+        assert saver.is_alive(), "the save finished before the server stopped: nothing was tested"
         time.sleep(1.0)
         server.start(buckets=("restart",))
         saver.join(timeout=150)

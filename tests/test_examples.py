@@ -64,3 +64,11 @@ def test_checkpoint_s3_saves_and_loads_back_the_same_tensors(s3_env, s3, bucket)
     assert result["identical"] is True and result["tensors"] > 0
     head = s3.head_object(Bucket=bucket, Key="checkpoints/resnet18.pt")
     assert head["ContentLength"] > 1_000_000
+
+
+def test_dcp_s3_saves_on_two_ranks_and_resumes_training_exactly(s3_env, s3, bucket):
+    result = output(run_example("dcp_s3.py", f"s3://{bucket}/dcp/"))
+    assert result["world_size"] == 2 and result["identical"] is True
+    assert result["resumed_equals_uninterrupted"] is True and all(r["step"] == 3 for r in result["ranks"])
+    keys = {o["Key"] for o in s3.list_objects_v2(Bucket=bucket, Prefix="dcp/")["Contents"]}
+    assert {"dcp/.metadata", "dcp/__0_0.distcp", "dcp/__1_0.distcp"} <= keys

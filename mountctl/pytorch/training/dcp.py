@@ -55,12 +55,21 @@ def _reader(where: str, settings: S3Settings) -> Any:
 
 
 def _failures() -> tuple[type[BaseException], ...]:
-    """What a failed save or load raises: DCP gathers every rank's exception into one CheckpointException
-    (a RuntimeError); alone, the storage layer's own (OSError, s3torchconnector's S3Exception) come through,
-    and a load that finds no ``.metadata`` ends in an AssertionError ("metadata is None")."""
+    """What a failed save or load raises: DCP gathers the ranks' exceptions into one CheckpointException
+    (a BaseException, not an Exception); alone, the storage layer's own (OSError, s3torchconnector's
+    S3Exception) come through, and a load that finds no ``.metadata`` ends in an AssertionError."""
     from s3torchconnectorclient import S3Exception
+    from torch.distributed.checkpoint.api import CheckpointException
 
-    return (OSError, RuntimeError, AssertionError, S3Exception)
+    return (OSError, RuntimeError, AssertionError, S3Exception, CheckpointException)
+
+
+def _reason(exc: BaseException) -> str:
+    """One line per failing rank instead of DCP's tracebacks."""
+    failures = getattr(exc, "failures", None)
+    if isinstance(failures, dict) and failures:
+        return "; ".join(f"rank {rank}: {getattr(f, 'exc', f)}" for rank, f in sorted(failures.items()))
+    return str(exc)
 
 
 def save(state: dict[str, Any], where: str, settings: S3Settings) -> None:
@@ -76,7 +85,7 @@ def save(state: dict[str, Any], where: str, settings: S3Settings) -> None:
     try:
         dcp.save(state, storage_writer=_writer(where, settings))
     except _failures() as exc:
-        raise CheckpointError(f"distributed checkpoint save to {where} failed: {exc}; its metadata was not "
+        raise CheckpointError(f"distributed checkpoint save to {where} failed: {_reason(exc)}; its metadata was not "
                               "written, so it will not be loaded") from None
 
 
@@ -87,7 +96,7 @@ def load(state: dict[str, Any], where: str, settings: S3Settings) -> None:
     try:
         dcp.load(state, storage_reader=_reader(where, settings))
     except _failures() as exc:
-        raise CheckpointError(f"loading the distributed checkpoint at {where} failed: {exc}; check that a "
+        raise CheckpointError(f"loading the distributed checkpoint at {where} failed: {_reason(exc)}; check that a "
                               "save there finished (it has a .metadata file)") from None
 
 

@@ -102,7 +102,9 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--devices", default="auto")
     train.add_argument("--strategy", default="auto", help="e.g. ddp")
     train.add_argument("--accelerator", default="auto", help="cpu, gpu or auto")
-    train.add_argument("--checkpoint-dir", default=None, help="s3://bucket/prefix/ or a path for last.ckpt")
+    train.add_argument("--checkpoint-dir", default=None, help="where last.ckpt goes: s3://bucket/prefix/ (s3torchconnector), "
+                       "fsspec+s3://bucket/prefix/ (s3fs), mount[+PROGRAM]://bucket/prefix/ (a read-write "
+                       "mountctl mount for the run) or a path")
     train.add_argument("--resume", action="store_true", help="continue from last.ckpt in --checkpoint-dir")
     train.add_argument("--seed", type=int, default=0)
     train.add_argument("--lr", type=float, default=None, help="default 0.1 x batch size / 256")

@@ -26,7 +26,7 @@ from typing import Any
 from mountctl import S3Settings, installed_backends
 
 __all__ = ["states_equal", "state_sizes", "checkpoint_routes", "dcp_routes", "run_checkpoint_cells",
-           "checkpoint_cell_count", "add_checkpoint_ratios", "checkpoint_rows", "plot_checkpoints"]
+           "checkpoint_cell_count", "add_checkpoint_ratios", "checkpoint_rows", "checkpoint_bars"]
 
 LOCAL = "local-disk"
 
@@ -292,19 +292,13 @@ def checkpoint_rows(cells: list[dict[str, Any]]) -> tuple[list[str], list[list[A
     return header, rows
 
 
-def plot_checkpoints(axes: Any, cells: list[dict[str, Any]]) -> None:
-    """Save and load MB/s per route, one group of bars per (state, op)."""
-    done = [c for c in cells if c["cell"] == "checkpoint" and c["status"] == "ok"]
-    groups = list(dict.fromkeys(f"{c['state']}\n{c['op']}" for c in done))
-    routes = list(dict.fromkeys(c["route"] for c in done))
-    width = 0.8 / max(1, len(routes))
-    for i, route in enumerate(routes):
-        values = {f"{c['state']}\n{c['op']}": c["mb_per_s"] for c in done if c["route"] == route}
-        axes.bar([g + i * width for g in range(len(groups))], [values.get(g, 0) for g in groups], width, label=route)
-    axes.set_xticks([g + width * (len(routes) - 1) / 2 for g in range(len(groups))], groups, fontsize=8)
-    axes.set_ylabel("MB/s")
-    axes.set_title("Checkpoint save and load per route (local-disk is the base)")
-    axes.legend(fontsize=7, ncol=2)
+def checkpoint_bars(cells: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """For the chart: MB/s per route, per "state op" group."""
+    bars: dict[str, dict[str, float]] = {}
+    for c in cells:
+        if c["cell"] == "checkpoint" and c["status"] == "ok":
+            bars.setdefault(c["route"], {})[f"{c['state']}\n{c['op']}"] = c["mb_per_s"]
+    return bars
 
 
 def _dcp_rank(rank: int, where: str, megabytes: int, port: int) -> None:

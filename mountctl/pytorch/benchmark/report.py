@@ -6,7 +6,7 @@ import json
 import os
 from typing import Any
 
-from mountctl.pytorch.benchmark.checkpoint_cells import checkpoint_rows, plot_checkpoints
+from mountctl.pytorch.benchmark.checkpoint_cells import checkpoint_bars, checkpoint_rows
 
 __all__ = ["write_report", "markdown"]
 
@@ -70,6 +70,17 @@ def markdown(result: dict[str, Any]) -> str:
     return "\n\n".join(parts) + "\n"
 
 
+def _grouped_bars(axes: Any, series: dict[str, dict[str, float]]) -> None:
+    """One bar per series in each group, groups in first-seen order, with a legend."""
+    groups = list(dict.fromkeys(g for values in series.values() for g in values))
+    width = 0.8 / max(1, len(series))
+    for i, (label, values) in enumerate(series.items()):
+        axes.bar([g + i * width for g in range(len(groups))], [values.get(g, 0) for g in groups], width, label=label)
+    axes.set_xticks([g + width * (len(series) - 1) / 2 for g in range(len(groups))], groups, fontsize=8)
+    if series:
+        axes.legend(fontsize=7, ncol=2)
+
+
 def _chart(result: dict[str, Any], path: str) -> None:
     import matplotlib
 
@@ -85,15 +96,13 @@ def _chart(result: dict[str, Any], path: str) -> None:
                                   gridspec_kw={"height_ratios": [2, 1, 1.5][:2 + checkpoints]})
     top, bottom = panels[0], panels[1]
     if checkpoints:
-        plot_checkpoints(panels[2], result["cells"])
-    width = 0.8 / max(1, len(sources))
-    for i, source in enumerate(sources):
-        values = {f"{c['dataset']}\nw={c['num_workers']}": c["samples_per_s"] for c in loaders if c["source"] == source}
-        top.bar([g + i * width for g in range(len(groups))], [values.get(g, 0) for g in groups], width, label=source)
-    top.set_xticks([g + width * (len(sources) - 1) / 2 for g in range(len(groups))], groups, fontsize=8)
+        _grouped_bars(panels[2], checkpoint_bars(result["cells"]))
+        panels[2].set_ylabel("MB/s")
+        panels[2].set_title("Checkpoint save and load per route (local-disk is the base)")
+    _grouped_bars(top, {source: {f"{c['dataset']}\nw={c['num_workers']}": c["samples_per_s"] for c in loaders
+                                 if c["source"] == source} for source in sources})
     top.set_ylabel("samples/s (read + decode)")
     top.set_title("Loader throughput per source (local-disk is the limit)")
-    top.legend(fontsize=8)
     bottom.bar([c.get("source", "ceiling") for c in training], [c["samples_per_s"] for c in training],
                color=["grey"] + ["C0"] * (len(training) - 1))
     bottom.set_ylabel("images/s")

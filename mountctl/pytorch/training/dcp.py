@@ -58,7 +58,7 @@ def _failures() -> tuple[type[BaseException], ...]:
     """What a failed save or load raises: DCP gathers the ranks' exceptions into one CheckpointException
     (a BaseException, not an Exception); alone, the storage layer's own (OSError, s3torchconnector's
     S3Exception) come through, and a load that finds no ``.metadata`` ends in an AssertionError."""
-    from s3torchconnectorclient import S3Exception
+    from s3torchconnector import S3Exception
     from torch.distributed.checkpoint.api import CheckpointException
 
     return (OSError, RuntimeError, AssertionError, S3Exception, CheckpointException)

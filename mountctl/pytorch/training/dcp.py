@@ -68,7 +68,8 @@ def _reason(exc: BaseException) -> str:
     """One line per failing rank instead of DCP's tracebacks."""
     failures = getattr(exc, "failures", None)
     if isinstance(failures, dict) and failures:
-        return "; ".join(f"rank {rank}: {getattr(f, 'exc', f)}" for rank, f in sorted(failures.items()))
+        # Each failure is DCP's (exception, traceback summary) pair.
+        return "; ".join(f"rank {rank}: {f[0] if isinstance(f, tuple) else f!r}" for rank, f in sorted(failures.items()))
     return str(exc)
 
 

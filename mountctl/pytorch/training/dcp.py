@@ -69,7 +69,7 @@ def _reason(exc: BaseException) -> str:
     failures = getattr(exc, "failures", None)
     if isinstance(failures, dict) and failures:
         # Each failure is DCP's (exception, traceback summary) pair.
-        return "; ".join(f"rank {rank}: {f[0] if isinstance(f, tuple) else f!r}" for rank, f in sorted(failures.items()))
+        return "; ".join(f"rank {rank}: {f[0] if isinstance(f, tuple) else f}" for rank, f in sorted(failures.items()))
     return str(exc)
 
 

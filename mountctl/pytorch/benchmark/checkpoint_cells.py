@@ -67,11 +67,14 @@ def _synthetic_state(megabytes: int) -> dict[str, Any]:
     return {f"layer{i}": torch.rand(size * (1 << 20) // 4, generator=generator) for i, size in enumerate(sizes)}
 
 
-def state_sizes(quick: bool) -> list[tuple[str, Callable[[], dict[str, Any]]]]:
-    """(label, make state): the ResNet state with its optimizer, and a synthetic large state."""
-    if quick:
-        return [("resnet18+sgd", lambda: _model_state("resnet18")), ("synthetic-256MB", lambda: _synthetic_state(256))]
-    return [("resnet50+sgd", lambda: _model_state("resnet50")), ("synthetic-1GB", lambda: _synthetic_state(1024))]
+def state_sizes(model: str, megabytes: int) -> list[tuple[str, Callable[[], dict[str, Any]]]]:
+    """(label, make state): a model's state with its optimizer (none for ""), and a synthetic state."""
+    sizes: list[tuple[str, Callable[[], dict[str, Any]]]] = [(f"{model}+sgd", lambda: _model_state(model))] if model else []
+    return sizes + [(_synthetic_label(megabytes), lambda: _synthetic_state(megabytes))]
+
+
+def _synthetic_label(megabytes: int) -> str:
+    return "synthetic-1GB" if megabytes == 1024 else f"synthetic-{megabytes}MB"
 
 
 def _nbytes(state: Any) -> int:
@@ -95,8 +98,9 @@ def dcp_routes(backends: tuple[str, ...] = ()) -> list[str]:
     return ["dcp-s3", *(f"dcp-mount/{b}" for b in backends or installed_backends())]
 
 
-def checkpoint_cell_count(quick: bool, backends: tuple[str, ...] = ()) -> int:
-    return 2 * (len(state_sizes(quick)) * len(checkpoint_routes(backends)) + len(dcp_routes(backends)))
+def checkpoint_cell_count(config: Any) -> int:
+    states = len(state_sizes(config.checkpoint_model, config.checkpoint_mb))
+    return 2 * (states * len(checkpoint_routes(config.backends)) + len(dcp_routes(config.backends)))
 
 
 class _LocalDisk:
@@ -208,8 +212,7 @@ def _dcp_cells(run: Any, uri: str, megabytes: int, route: str, errors: tuple[typ
     import mountctl
 
     size_mb = megabytes * (1 << 20) / 1e6  # the state is ``megabytes`` MiB, as the single-route cells'
-    label = "synthetic-1GB" if megabytes == 1024 else f"synthetic-{megabytes}MB"
-    base = {"cell": "checkpoint", "route": route, "state": label, "size_mb": round(size_mb, 1), "ranks": 2}
+    base = {"cell": "checkpoint", "route": route, "state": _synthetic_label(megabytes), "size_mb": round(size_mb, 1), "ranks": 2}
     with contextlib.ExitStack() as stack:
         where = uri + "dcp-s3/"
         try:
@@ -256,20 +259,18 @@ def _remove_prefix(settings: S3Settings, uri: str) -> None:
 def run_checkpoint_cells(run: Any, uri: str, scratch: str, errors: tuple[type[BaseException], ...]) -> None:
     """Every checkpoint cell of the sweep; ``run`` records them (``sweep._Run``), a failure in ``errors``
     as a failed cell.  Ratios come later (``add_checkpoint_ratios``)."""
-    quick, backends = run.config.quick, run.config.backends
+    config = run.config
+    backends = config.backends
     uri = uri + "checkpoints/"
     os.makedirs(scratch, exist_ok=True)
-    synthetic_mb = 0
-    for label, make in state_sizes(quick):
+    for label, make in state_sizes(config.checkpoint_model, config.checkpoint_mb):
         state = make()
         size_mb = _nbytes(state) / 1e6
-        if label.startswith("synthetic-"):
-            synthetic_mb = round(_nbytes(state) / (1 << 20))
         for route in checkpoint_routes(backends):
             _single_route_cells(run, uri, scratch, label, state, size_mb, route, errors)
         del state
     for route in dcp_routes(backends):
-        _dcp_cells(run, uri, synthetic_mb, route, errors)
+        _dcp_cells(run, uri, config.checkpoint_mb, route, errors)
 
 
 def add_checkpoint_ratios(cells: list[dict[str, Any]]) -> None:

@@ -188,7 +188,7 @@ def run_sweep(config: SweepConfig, *, settings: S3Settings | None = None) -> dic
     sources = len(source_plan(config))
     total = len(manifests) * (1 + (sources + 1) * (1 + len(config.num_workers)))
     total += (1 + sources) if train_manifest is not None else 0
-    total += checkpoint_cell_count(config.quick, config.backends)
+    total += checkpoint_cell_count(config)
     scratch = tempfile.mkdtemp(prefix="mountctl-bench-")
     with tqdm(total=total, unit="cell", desc="bench", disable=not config.progress) as bar:
         run = _Run(config, settings, bar)

@@ -149,7 +149,8 @@ def test_resume_from_a_missing_bucket_says_there_is_no_checkpoint(s3_env, s3, sc
     assert missing not in {b["Name"] for b in s3.list_buckets()["Buckets"]}
 
 
-def test_fsspec_save_survives_an_s3_server_restart(tmp_path, monkeypatch):
+@pytest.mark.parametrize("route", ["fsspec", "s3io"])
+def test_save_survives_an_s3_server_restart(route, tmp_path, monkeypatch):
     server = LocalS3(str(tmp_path / "own-s3"))
     server.start(buckets=("restart",))
     try:
@@ -157,7 +158,8 @@ def test_fsspec_save_survives_an_s3_server_restart(tmp_path, monkeypatch):
             monkeypatch.setenv(name, value)
         settings = server.settings()
         state = {"big": torch.randn(512 << 20 >> 2)}  # 512 MB: the upload is under way when the server stops
-        plugin = FsspecCheckpointIO(settings, retry_for_s=90)
+        plugin = FsspecCheckpointIO(settings, retry_for_s=90) if route == "fsspec" else (
+            CheckpointTarget.parse("s3://restart/ckpt/").plugin(settings))
         outcome: dict = {}
 
         def save() -> None:
@@ -182,6 +184,6 @@ def test_fsspec_save_survives_an_s3_server_restart(tmp_path, monkeypatch):
         else:
             assert "ckpt/last.ckpt" not in keys, f"a failed save left {keys}"
             assert "run again" in str(outcome["error"])
-        print(f"\n[S3 restart during an fsspec save] outcome {sorted(outcome)}; objects {keys}")
+        print(f"\n[S3 restart during a {route} save] outcome {outcome}; objects {keys}")
     finally:
         server.stop()

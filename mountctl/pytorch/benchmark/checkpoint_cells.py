@@ -138,15 +138,13 @@ class _LocalDisk:
 @contextlib.contextmanager
 def _route(route: str, uri: str, settings: S3Settings, scratch: str) -> Iterator[tuple[Any, str]]:
     """(CheckpointIO-like plugin, directory or URI to write under) for one route."""
-    from mountctl.pytorch.training.checkpoint_routes import FsspecCheckpointIO, MountCheckpointIO
+    from mountctl.pytorch.training.checkpoint_routes import FsspecCheckpointIO, MountCheckpointIO, s3io_plugin
 
     plugin: Any
     if route == LOCAL:
         plugin, base = _LocalDisk(), scratch + "/"
     elif route == "s3io":
-        from s3torchconnector.lightning import S3LightningCheckpoint
-
-        plugin, base = S3LightningCheckpoint(**settings.s3torch_options()), uri + "s3io/"
+        plugin, base = s3io_plugin(settings), uri + "s3io/"
     elif route == "fsspec":
         plugin, base = FsspecCheckpointIO(settings), uri + "fsspec/"
     else:

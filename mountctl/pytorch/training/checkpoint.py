@@ -15,7 +15,7 @@ from typing import Any
 
 from mountctl import S3Settings, parse_s3_uri
 from mountctl.pytorch.errors import CheckpointError
-from mountctl.pytorch.training.checkpoint_routes import Route, route_for
+from mountctl.pytorch.training.checkpoint_routes import Route, route_for, s3io_plugin
 from mountctl.s3 import ensure_bucket, object_size, short_client
 
 __all__ = ["CheckpointTarget", "RoutedTarget", "LAST"]
@@ -64,9 +64,7 @@ class CheckpointTarget:
         """The Trainer's CheckpointIO plugin for S3, or None for a path (Lightning's default)."""
         if not self.is_s3:
             return None
-        from s3torchconnector.lightning import S3LightningCheckpoint
-
-        return S3LightningCheckpoint(**settings.s3torch_options())
+        return s3io_plugin(settings)
 
     def has_last(self, settings: S3Settings) -> bool:
         if not self.is_s3:

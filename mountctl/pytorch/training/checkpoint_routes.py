@@ -34,7 +34,7 @@ from mountctl import BACKEND_NAMES, MountctlError, MountHandle, S3Settings, moun
 from mountctl.pytorch.errors import CheckpointError
 from mountctl.s3 import ensure_bucket, object_size, short_client
 
-__all__ = ["ROUTE_PREFIXES", "Route", "route_for", "FsspecCheckpointIO", "MountCheckpointIO", "serialize",
+__all__ = ["ROUTE_PREFIXES", "Route", "route_for", "s3io_plugin", "FsspecCheckpointIO", "MountCheckpointIO", "serialize",
            "deserialize"]
 
 FSSPEC = "fsspec+s3://"
@@ -104,7 +104,8 @@ def _s3_dir(uri: str) -> str:
     return text if text.endswith("/") else text + "/"
 
 
-def _retrying(what: str, attempt: Callable[[], T], *, retry_for_s: float) -> T:
+def _retrying(what: str, attempt: Callable[[], T], *, retry_for_s: float,
+              retry_on: tuple[type[BaseException], ...] = ()) -> T:
     """Run ``attempt`` again after a connection-level failure (an S3 server restarting), for up to ``retry_for_s``."""
     from botocore.exceptions import BotoCoreError
 
@@ -113,12 +114,41 @@ def _retrying(what: str, attempt: Callable[[], T], *, retry_for_s: float) -> T:
     while True:
         try:
             return attempt()
-        except (OSError, BotoCoreError) as exc:
+        except (OSError, BotoCoreError, *retry_on) as exc:
             if isinstance(exc, (FileNotFoundError, PermissionError)) or time.monotonic() + delay > deadline:
                 raise CheckpointError(f"{what} failed: {exc}; nothing was written in its place. Check that the "
                                       "bucket exists and the endpoint answers, then run again") from None
             time.sleep(delay)
             delay = min(delay * 2, 8.0)
+
+
+def s3io_plugin(settings: S3Settings, *, retry_for_s: float = 60.0) -> CheckpointIO:
+    """s3torchconnector's Lightning plugin, with a failed save or load retried and then named.
+
+    When the connection drops mid-save, the connector's writer fails inside ``torch.save``
+    (a RuntimeError such as "enforce fail at inline_container.cc"); the multipart upload is
+    never completed, so S3 keeps the earlier object, and the whole save is tried again.
+    """
+    from s3torchconnector import S3Exception
+    from s3torchconnector.lightning import S3LightningCheckpoint
+
+    failures = (S3Exception, RuntimeError)
+
+    class S3ioCheckpointIO(S3LightningCheckpoint):
+        def save_checkpoint(self, checkpoint: dict[str, Any], path: Any, storage_options: Any = None) -> None:
+            _retrying(f"saving checkpoint {path} through s3torchconnector",
+                      lambda: super(S3ioCheckpointIO, self).save_checkpoint(checkpoint, path, storage_options),
+                      retry_for_s=retry_for_s, retry_on=failures)
+
+        def load_checkpoint(self, path: Any, map_location: Any = None, weights_only: bool | None = None
+                            ) -> dict[str, Any]:
+            loaded: dict[str, Any] = _retrying(
+                f"loading checkpoint {path} through s3torchconnector",
+                lambda: super(S3ioCheckpointIO, self).load_checkpoint(path, map_location, weights_only),
+                retry_for_s=retry_for_s, retry_on=failures)
+            return loaded
+
+    return S3ioCheckpointIO(**settings.s3torch_options())
 
 
 class FsspecCheckpointIO(CheckpointIO):

@@ -129,6 +129,28 @@ def test_the_run_is_written_as_json_markdown_and_png(sweep):
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
 
 
+def test_checkpoint_cells_save_and_load_every_route_verified_against_local_disk(sweep):
+    config, result, paths = sweep
+    done = cells(result, "checkpoint")
+    routes = {c["route"] for c in done}
+    assert {"local-disk", "s3io", "fsspec", "dcp-s3"} <= routes
+    assert {f"mountpoint/{b}" for b in ("rclone", "s3fs")} <= routes
+    for row in done:
+        assert row["op"] in ("save", "load") and row["mb_per_s"] > 0 and row["size_mb"] > 0
+        assert row["verified"] is True and row["ratio_to_local_disk"] is not None
+    assert not [c["status"] for c in cells(result, "checkpoint", status=None) if c["status"] != "ok"]
+    with open(paths["md"], encoding="utf-8") as f:
+        assert "## Checkpoints: save and load per route" in f.read()
+
+
+def test_bench_suite_checkpoint_runs_only_the_checkpoint_cells():
+    args = build_parser().parse_args(["bench", "s3://bucket/p/", "--suite", "checkpoint", "--quick"])
+    config = preset("quick", uri=args.uri, suite=args.suite)
+    assert config.suite == "checkpoint" and config.checkpoint_mb == 256
+    with pytest.raises(InvalidSpec):
+        preset("quick", uri="s3://bucket/p/", suite="everything")
+
+
 def test_bench_command_accepts_quick_and_gpu():
     args = build_parser().parse_args(["bench", "s3://bucket/p/", "--quick", "--accelerator", "gpu", "--num-workers", "1,4"])
     config = preset("quick", uri=args.uri, accelerator=args.accelerator, num_workers=args.num_workers)

@@ -71,3 +71,11 @@ def test_imagefolder_over_mount_reads_every_image_with_and_without_read_ahead(s3
     result = output(run_example("imagefolder_over_mount.py", image_folder))
     assert result["images"] == 24 and result["classes"] == list(CLASSES)
     assert set(result["images_per_s"]) == {"readahead_0", "readahead_16"}
+
+
+def test_dcp_s3_saves_on_two_ranks_and_resumes_training_exactly(s3_env, s3, bucket):
+    result = output(run_example("dcp_s3.py", f"s3://{bucket}/dcp/"))
+    assert result["world_size"] == 2 and result["identical"] is True
+    assert result["resumed_equals_uninterrupted"] is True and all(r["step"] == 3 for r in result["ranks"])
+    keys = {o["Key"] for o in s3.list_objects_v2(Bucket=bucket, Prefix="dcp/")["Contents"]}
+    assert {"dcp/.metadata", "dcp/__0_0.distcp", "dcp/__1_0.distcp"} <= keys

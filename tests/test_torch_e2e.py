@@ -153,15 +153,21 @@ def test_two_ddp_ranks_share_one_mount_and_see_every_sample_once(s3_env, bucket,
     assert len(pids) == 2 and len(mount_pids) == 1 and None not in mount_pids
 
 
-@pytest.mark.parametrize("where", ["s3", "path"])
+CHECKPOINT_ROUTES = {"s3": "s3://{bucket}/ckpt/run/", "fsspec": "fsspec+s3://{bucket}/ckpt/run/",
+                     "mount": "mount+rclone://{bucket}/ckpt/run/", "path": "{tmp_path}/ckpt"}
+
+
+@pytest.mark.parametrize("where", list(CHECKPOINT_ROUTES))
 def test_checkpoint_then_resume_continues_with_the_next_epoch(where, s3_env, s3, bucket, tmp_path, capsys):
     uri = f"s3://{bucket}/data/"
     make_tiny_dataset(uri, num_images=24)
-    location = f"s3://{bucket}/ckpt/run/" if where == "s3" else str(tmp_path / "ckpt")
+    if where == "mount":
+        require_fuse()
+    location = CHECKPOINT_ROUTES[where].format(bucket=bucket, tmp_path=tmp_path)
     first = train(capsys, uri, "--source-kind", "s3io", "--num-workers", "1", "--checkpoint-dir", location)
     steps = first["global_step"]
     assert first["checkpoint"] and first["checkpoint"].endswith("last.ckpt")
-    if where == "s3":
+    if where != "path":
         assert s3.head_object(Bucket=bucket, Key="ckpt/run/last.ckpt")["ContentLength"] > 1_000_000
     else:
         assert (tmp_path / "ckpt" / "last.ckpt").stat().st_size > 1_000_000

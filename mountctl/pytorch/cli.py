@@ -125,7 +125,9 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--arch", choices=list(ARCHITECTURES), default="resnet50",
                        help="torchvision ResNet (default resnet50; resnet18 for quick runs)")
     train.add_argument("--accelerator", default="auto", help="cpu, gpu or auto")
-    train.add_argument("--checkpoint-dir", default=None, help="s3://bucket/prefix/ or a path for last.ckpt")
+    train.add_argument("--checkpoint-dir", default=None, help="where last.ckpt goes: s3://bucket/prefix/ "
+                       "(s3torchconnector), fsspec+s3://bucket/prefix/ (s3fs), mount[+PROGRAM]://bucket/prefix/ (a "
+                       "read-write mountctl mount for the run) or a path")
     train.add_argument("--checkpoint-every-n-steps", type=int, default=0, metavar="N",
                        help="also write last.ckpt every N steps (default: only at epoch ends and at the end)")
     train.add_argument("--resume", action="store_true", help="continue from last.ckpt in --checkpoint-dir, in "

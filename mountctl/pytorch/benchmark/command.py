@@ -11,7 +11,7 @@ import json
 from typing import Any
 
 from mountctl import BACKEND_NAMES, InvalidSpec
-from mountctl.pytorch.benchmark.config import ACCELERATORS, PRESETS
+from mountctl.pytorch.benchmark.config import ACCELERATORS, PRESETS, SUITES
 from mountctl.pytorch.data.sources import SOURCE_KINDS
 
 __all__ = ["add_bench_arguments", "run_bench", "DEFAULT_URI"]
@@ -55,6 +55,8 @@ def add_bench_arguments(bench: argparse.ArgumentParser) -> None:
                        help="only the limits, bytes-path and random-read cells (no loader or training cells)")
     bench.add_argument("--bytes-readers", type=_counts, default=None,
                        help="parallel readers of the bytes-path cells (default 1,4)")
+    bench.add_argument("--suite", choices=SUITES, default="all",
+                       help="all (default): every cell; checkpoint: only checkpoint save/load on every route")
     bench.add_argument("--out", default="bench-results", help="where the JSON, Markdown and PNG go")
     bench.add_argument("--no-progress", action="store_true")
     bench.add_argument("--seed", type=int, default=0)
@@ -97,7 +99,7 @@ def run_bench(args: argparse.Namespace) -> int:
         "accelerator": args.accelerator, "decode": args.decode, "bytes_readers": args.bytes_readers,
         "bytes_cells": False if args.no_bytes else None, "loader_cells": False if args.bytes_only else None,
         "train": False if (args.no_train or args.bytes_only) else None, "out": args.out,
-        "progress": not args.no_progress, "seed": args.seed}
+        "progress": not args.no_progress, "seed": args.seed, "suite": args.suite}
     config = preset(args.preset or ("quick" if args.quick else "full"), **overrides)  # bad input fails here
     with uri_or_embedded(args.uri, DEFAULT_URI):
         result = run_sweep(config)

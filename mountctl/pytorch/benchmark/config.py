@@ -8,9 +8,10 @@ from mountctl import InvalidSpec, parse_s3_uri
 from mountctl.pytorch.data.sources import SOURCE_KINDS
 from mountctl.pytorch.data.synthetic import parse_size
 
-__all__ = ["DatasetSpec", "SweepConfig", "PRESETS", "ACCELERATORS"]
+__all__ = ["DatasetSpec", "SweepConfig", "PRESETS", "ACCELERATORS", "SUITES"]
 
 ACCELERATORS = ("cpu", "gpu")
+SUITES = ("all", "checkpoint")  # checkpoint: only the checkpoint cells (benchmark/checkpoint_cells.py)
 
 
 @dataclass(frozen=True)
@@ -66,8 +67,15 @@ class SweepConfig:
     quick: bool = False
     progress: bool = True
     seed: int = 0
+    suite: str = "all"
+    # Checkpoint cells (checkpoint_cells.py): a torchvision model's state with its optimizer ("" for none)
+    # and a synthetic state of this many MiB.
+    checkpoint_model: str = "resnet50"
+    checkpoint_mb: int = 1024
 
     def __post_init__(self) -> None:
+        if self.suite not in SUITES:
+            raise InvalidSpec(f"--suite must be one of {', '.join(SUITES)}, not {self.suite!r}")
         location = parse_s3_uri(self.uri)
         uri = str(location)
         object.__setattr__(self, "uri", uri if uri.endswith("/") else uri + "/")
@@ -114,12 +122,13 @@ class SweepConfig:
 PRESETS: dict[str, dict[str, object]] = {
     "full": {},
     "quick": {"num_workers": (2,), "shard_sizes": ("16MB",), "dataset_sizes": (2000,), "train_steps": 4,
-              "train_warmup_steps": 2, "train_batch_size": 16, "random_reads": 200, "quick": True},
+              "train_warmup_steps": 2, "train_batch_size": 16, "random_reads": 200, "checkpoint_model": "resnet18",
+              "checkpoint_mb": 256, "quick": True},
     # For tests: a few tiny images; every cell still runs through the real code paths.
     "tiny": {"num_workers": (1,), "shard_sizes": ("64KB",), "dataset_sizes": (96,), "image_size": 32,
              "batch_size": 16, "warmup_batches": 1, "shuffle_buffer": 16, "train_image_size": 32, "train_batch_size": 8,
              "train_steps": 2, "train_warmup_steps": 1, "train_workers": 1, "bytes_readers": (1, 2), "random_reads": 8,
-             "quick": True},
+             "checkpoint_model": "", "checkpoint_mb": 4, "quick": True},
 }
 
 

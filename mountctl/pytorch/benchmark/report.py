@@ -6,6 +6,8 @@ import json
 import os
 from typing import Any
 
+from mountctl.pytorch.benchmark.checkpoint_cells import checkpoint_bars, checkpoint_rows
+
 __all__ = ["write_report", "markdown"]
 
 
@@ -97,6 +99,8 @@ def markdown(result: dict[str, Any]) -> str:
     from mountctl.pytorch.benchmark.map_cells import map_markdown
 
     parts += [section for section in [map_markdown(cells, _table)] if section]
+    if any(c["cell"] == "checkpoint" for c in cells):
+        parts.append("## Checkpoints: save and load per route\n\n" + _table(*checkpoint_rows(cells)))
     notes = [c["status"] for c in cells if c["cell"] == "gpu"]
     if notes:
         parts.append("GPU cells: " + "; ".join(notes) + ".")
@@ -117,6 +121,17 @@ def _bars(axis: Any, rows: list[dict[str, Any]], group: Any, field: str, ylabel:
     axis.legend(fontsize=8)
 
 
+def _grouped_bars(axes: Any, series: dict[str, dict[str, float]]) -> None:
+    """One bar per series in each group, groups in first-seen order, with a legend."""
+    groups = list(dict.fromkeys(g for values in series.values() for g in values))
+    width = 0.8 / max(1, len(series))
+    for i, (label, values) in enumerate(series.items()):
+        axes.bar([g + i * width for g in range(len(groups))], [values.get(g, 0) for g in groups], width, label=label)
+    axes.set_xticks([g + width * (len(series) - 1) / 2 for g in range(len(groups))], groups, fontsize=8)
+    if series:
+        axes.legend(fontsize=7, ncol=2)
+
+
 def _chart(result: dict[str, Any], path: str) -> None:
     import matplotlib
 
@@ -127,9 +142,11 @@ def _chart(result: dict[str, Any], path: str) -> None:
     loaders = [c for c in ok if c["cell"] == "loader"]
     training = [c for c in ok if c["cell"] == "ceiling"] + [c for c in ok if c["cell"] == "train"]
     moved = [c for c in ok if c["cell"] == "bytes"]
-    panels = 3 if moved else 2
-    figure, axes = plt.subplots(panels, 1, figsize=(max(10, 0.45 * max(len(loaders), len(moved)) + 4), 4.5 * panels),
-                                gridspec_kw={"height_ratios": [2, 1, 2][:panels]})
+    checkpoints = any(c["cell"] == "checkpoint" for c in result["cells"])
+    heights = [2, 1] + [2] * bool(moved) + [1.5] * checkpoints
+    figure, axes = plt.subplots(len(heights), 1,
+                                figsize=(max(10, 0.45 * max(len(loaders), len(moved)) + 4), 4.5 * len(heights)),
+                                gridspec_kw={"height_ratios": heights})
     _bars(axes[0], loaders, lambda c: f"{c['dataset']}\n{c['source']} w={c['num_workers']}", "samples_per_s",
           "samples/s (read + decode)", "Loader throughput per source, epochs 1 and 2 (local-disk is the limit)")
     _bars(axes[1], training, lambda c: c.get("source", "ceiling"), "samples_per_s", "images/s",
@@ -139,6 +156,10 @@ def _chart(result: dict[str, Any], path: str) -> None:
               "Bytes path (tar walk, no decode), epochs 1 and 2; dashed: the parallel ranged GET limit")
         for limit in (c for c in ok if c["cell"] == "raw-get"):
             axes[2].axhline(limit["mb_per_s"], color="grey", linestyle="--", linewidth=1)
+    if checkpoints:
+        _grouped_bars(axes[-1], checkpoint_bars(result["cells"]))
+        axes[-1].set_ylabel("MB/s")
+        axes[-1].set_title("Checkpoint save and load per route (local-disk is the base)")
     figure.tight_layout()
     figure.savefig(path, dpi=100)
     plt.close(figure)

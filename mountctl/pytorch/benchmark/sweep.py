@@ -22,6 +22,11 @@ from typing import Any
 from mountctl import MountctlError, S3Settings, installed_backends, resolve
 from mountctl.pytorch.benchmark.bytes_path import bytes_cell, bytes_routes, cache_note, opened_route, random_cell
 from mountctl.pytorch.benchmark.cells import ceiling_cell, first_sample_cell, loader_cell, train_cell
+from mountctl.pytorch.benchmark.checkpoint_cells import (
+    add_checkpoint_ratios,
+    checkpoint_cell_count,
+    run_checkpoint_cells,
+)
 from mountctl.pytorch.benchmark.config import DatasetSpec, SweepConfig
 from mountctl.pytorch.benchmark.facts import machine_facts, versions
 from mountctl.pytorch.benchmark.limits import LocalDiskSource, copy_shards, raw_get
@@ -230,29 +235,33 @@ def run_sweep(config: SweepConfig, *, settings: S3Settings | None = None) -> dic
     result: dict[str, Any] = {"started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                               "config": {k: v for k, v in config.__dict__.items()}, "machine": machine_facts(),
                               "versions": versions(), "endpoint": settings.endpoint_url or "AWS S3"}
-    manifests = [(spec, _ensure_dataset(config, settings, spec)) for spec in config.datasets]
-    train_manifest = _ensure_dataset(config, settings, config.train_dataset) if config.train else None
+    loaders = config.suite != "checkpoint"  # --suite checkpoint: the checkpoint cells alone
+    manifests = [(spec, _ensure_dataset(config, settings, spec)) for spec in config.datasets] if loaders else []
+    train_manifest = _ensure_dataset(config, settings, config.train_dataset) if config.train and loaders else None
     sources = len(source_plan(config))
     routes = len(bytes_routes(config.loader_kinds, config.backends or installed_backends()))
     per_dataset = 1 + ((sources + 1) * (1 + len(config.num_workers) * len(EPOCHS)) if config.loader_cells else 0)
     per_dataset += routes * (len(config.bytes_readers) * len(EPOCHS) + 1) if config.bytes_cells else 0
-    total = len(manifests) * per_dataset + ((1 + sources * len(EPOCHS)) if config.train else 0)
-    total += map_cell_count(config, sources)
+    total = len(manifests) * per_dataset + ((1 + sources * len(EPOCHS)) if train_manifest is not None else 0)
+    total += map_cell_count(config, sources) if manifests else 0
+    total += checkpoint_cell_count(config)
     scratch = tempfile.mkdtemp(prefix="mountctl-bench-")
     with tqdm(total=total, unit="cell", desc="bench", disable=not config.progress) as bar:
         run = _Run(config, settings, bar)
         try:
             for spec, manifest in manifests:
                 _dataset_cells(run, spec, manifest, scratch)
-            first, first_manifest = manifests[0]  # map-style cells: the files layout, and random access into these
-            map_cells(run, first_manifest, first.uri(config.uri), first.label,
-                      LocalDiskSource(f"{scratch}/{first.label}"), source_plan(config), scratch)
+            if manifests:  # map-style cells: the files layout, and random access into the first dataset
+                first, first_manifest = manifests[0]
+                map_cells(run, first_manifest, first.uri(config.uri), first.label,
+                          LocalDiskSource(f"{scratch}/{first.label}"), source_plan(config), scratch)
             if train_manifest is not None and gpu_missing:
                 for cell in ("ceiling", "train"):
                     run.cells.append({"cell": cell, "status": "not run: --accelerator gpu but no CUDA device"})
                 bar.update(1 + sources * len(EPOCHS))
             elif train_manifest is not None:
                 _train_cells(run, train_manifest, config.train_dataset.uri(config.uri))
+            run_checkpoint_cells(run, config.uri, f"{scratch}/checkpoints", CELL_ERRORS)
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
     if config.accelerator != "gpu":
@@ -260,6 +269,7 @@ def run_sweep(config: SweepConfig, *, settings: S3Settings | None = None) -> dic
                           if result["machine"]["gpu"] is None else "not run: --accelerator cpu"})
     _add_ratios(run.cells)
     add_map_ratios(run.cells)
+    add_checkpoint_ratios(run.cells)
     result["cells"] = run.cells
     result["seconds"] = round(time.perf_counter() - started, 1)
     result["machine"]["load_average_end"] = [round(x, 2) for x in os.getloadavg()]

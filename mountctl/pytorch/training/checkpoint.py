@@ -15,9 +15,10 @@ from typing import Any
 
 from mountctl import S3Settings, parse_s3_uri
 from mountctl.pytorch.errors import CheckpointError
+from mountctl.pytorch.training.checkpoint_routes import Route, route_for, s3io_plugin
 from mountctl.s3 import ensure_bucket, object_size, short_client
 
-__all__ = ["CheckpointTarget", "LAST"]
+__all__ = ["CheckpointTarget", "RoutedTarget", "LAST"]
 
 LAST = "last.ckpt"
 
@@ -30,6 +31,9 @@ class CheckpointTarget:
     def parse(cls, location: str) -> "CheckpointTarget":
         if location.startswith("s3://"):
             return cls(str(parse_s3_uri(location)))
+        route = route_for(location)
+        if route is not None:
+            return RoutedTarget(route.location)
         if "://" in location:
             raise CheckpointError(f"checkpoint location {location!r} is neither s3://bucket/prefix/ nor a path")
         return cls(os.path.abspath(os.path.expanduser(location)))
@@ -65,9 +69,7 @@ class CheckpointTarget:
         """The Trainer's CheckpointIO plugin for S3, or None for a path (Lightning's default)."""
         if not self.is_s3:
             return None
-        from s3torchconnector.lightning import S3LightningCheckpoint
-
-        return S3LightningCheckpoint(**settings.s3torch_options())
+        return s3io_plugin(settings)
 
     def has_last(self, settings: S3Settings) -> bool:
         if not self.is_s3:
@@ -81,3 +83,31 @@ class CheckpointTarget:
                                   f"--checkpoint-dir {self.location} first, or drop --resume to start fresh")
         return self.last
 
+
+
+@dataclass(frozen=True)
+class RoutedTarget(CheckpointTarget):
+    """``fsspec+s3://`` and ``mount[+PROGRAM]://`` locations: ``checkpoint_routes.py`` does the work."""
+
+    @property
+    def route(self) -> Route:
+        route = route_for(self.location)
+        assert route is not None, self.location  # parse() made this target from a route's location
+        return route
+
+    @property
+    def is_s3(self) -> bool:
+        return False
+
+    @property
+    def last(self) -> str:
+        return self.location + LAST
+
+    def prepare(self, settings: S3Settings) -> None:
+        self.route.prepare(settings)
+
+    def plugin(self, settings: S3Settings) -> Any:
+        return self.route.plugin(settings)
+
+    def has_last(self, settings: S3Settings) -> bool:
+        return self.route.has(settings, LAST)

@@ -1,0 +1,336 @@
+"""Checkpoint cells of ``resnet.py bench``: save and load on every route, two state sizes, and DCP on 2 ranks.
+
+Routes: ``local-disk`` (``torch.save`` to a file and ``fsync``; before the load
+the file's pages are dropped from the page cache, so the load reads the disk),
+``s3io`` (s3torchconnector's Lightning plugin), ``fsspec`` (s3fs whole-object
+``pipe``/``cat``), ``mountpoint/PROGRAM`` (a read-write mountctl mount of the
+prefix, one sequential write), and ``dcp-s3`` / ``dcp-mount/PROGRAM`` (2 gloo
+ranks, ``torch.distributed.checkpoint``).  A save is timed from the state in
+memory to the checkpoint durable at its destination (serialization included);
+a load from nothing in memory to the state back, and ``verified`` is true once
+it equals the saved state tensor for tensor.  Objects are removed afterwards.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from mountctl import S3Settings, installed_backends
+
+__all__ = ["states_equal", "state_sizes", "checkpoint_routes", "dcp_routes", "run_checkpoint_cells",
+           "checkpoint_cell_count", "add_checkpoint_ratios", "checkpoint_rows", "checkpoint_bars"]
+
+LOCAL = "local-disk"
+
+
+def states_equal(a: Any, b: Any) -> bool:
+    """True when two (nested) states hold the same values, tensors compared with ``torch.equal``."""
+    import torch
+
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and a.dtype == b.dtype and torch.equal(a, b)
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(states_equal(a[k], b[k]) for k in a)
+    if isinstance(a, list | tuple):
+        return isinstance(b, list | tuple) and len(a) == len(b) and all(map(states_equal, a, b))
+    return bool(a == b)
+
+
+def _model_state(arch: str) -> dict[str, Any]:
+    """A torchvision model and its SGD optimizer after one step (momentum buffers), as Lightning saves them."""
+    import torch
+    import torchvision
+
+    torch.manual_seed(0)
+    model = getattr(torchvision.models, arch)(num_classes=1000)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    model(torch.randn(2, 3, 32, 32)).sum().backward()
+    optimizer.step()
+    return {"state_dict": model.state_dict(), "optimizer_states": [optimizer.state_dict()], "global_step": 1}
+
+
+def _synthetic_state(megabytes: int) -> dict[str, Any]:
+    """``megabytes`` of random float32 in 64 MB tensors: incompressible, like trained weights."""
+    import torch
+
+    generator = torch.Generator().manual_seed(0)
+    count, rest = divmod(megabytes, 64)
+    sizes = [64] * count + ([rest] if rest else [])
+    return {f"layer{i}": torch.rand(size * (1 << 20) // 4, generator=generator) for i, size in enumerate(sizes)}
+
+
+def state_sizes(model: str, megabytes: int) -> list[tuple[str, Callable[[], dict[str, Any]]]]:
+    """(label, make state): a model's state with its optimizer (none for ""), and a synthetic state."""
+    sizes: list[tuple[str, Callable[[], dict[str, Any]]]] = [(f"{model}+sgd", lambda: _model_state(model))] if model else []
+    return sizes + [(_synthetic_label(megabytes), lambda: _synthetic_state(megabytes))]
+
+
+def _synthetic_label(megabytes: int) -> str:
+    return "synthetic-1GB" if megabytes == 1024 else f"synthetic-{megabytes}MB"
+
+
+def _nbytes(state: Any) -> int:
+    import torch
+
+    if isinstance(state, torch.Tensor):
+        return state.numel() * state.element_size()
+    if isinstance(state, dict):
+        return sum(_nbytes(v) for v in state.values())
+    if isinstance(state, list | tuple):
+        return sum(_nbytes(v) for v in state)
+    return 0
+
+
+def checkpoint_routes(backends: tuple[str, ...] = ()) -> list[str]:
+    """Single-process routes, local disk first (the ratio's base)."""
+    return [LOCAL, "s3io", "fsspec", *(f"mountpoint/{b}" for b in backends or installed_backends())]
+
+
+def dcp_routes(backends: tuple[str, ...] = ()) -> list[str]:
+    return ["dcp-s3", *(f"dcp-mount/{b}" for b in backends or installed_backends())]
+
+
+def checkpoint_cell_count(config: Any) -> int:
+    states = len(state_sizes(config.checkpoint_model, config.checkpoint_mb))
+    return 2 * (states * len(checkpoint_routes(config.backends)) + len(dcp_routes(config.backends)))
+
+
+class _LocalDisk:
+    """torch.save to a file, fsync'd; its pages dropped before a load so that the load reads the disk."""
+
+    def save_checkpoint(self, checkpoint: dict[str, Any], path: str) -> None:
+        import torch
+
+        with open(path, "wb") as f:
+            torch.save(checkpoint, f)
+            f.flush()
+            os.fsync(f.fileno())
+
+    def load_checkpoint(self, path: str, weights_only: bool = True) -> dict[str, Any]:
+        import torch
+
+        loaded: dict[str, Any] = torch.load(path, weights_only=weights_only)
+        return loaded
+
+    def drop_cache(self, path: str) -> None:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+    def remove_checkpoint(self, path: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+
+    def teardown(self) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def _route(route: str, uri: str, settings: S3Settings, scratch: str) -> Iterator[tuple[Any, str]]:
+    """(CheckpointIO-like plugin, directory or URI to write under) for one route."""
+    from mountctl.pytorch.training.checkpoint_routes import FsspecCheckpointIO, MountCheckpointIO, s3io_plugin
+
+    plugin: Any
+    if route == LOCAL:
+        plugin, base = _LocalDisk(), scratch + "/"
+    elif route == "s3io":
+        plugin, base = s3io_plugin(settings), uri + "s3io/"
+    elif route == "fsspec":
+        plugin, base = FsspecCheckpointIO(settings), uri + "fsspec/"
+    else:
+        backend = route.split("/", 1)[1]
+        base = uri + f"mount-{backend}/"
+        plugin = MountCheckpointIO(base, base, backend=backend, settings=settings)
+        plugin.handle  # mount now: start-up is not part of the first save  # noqa: B018
+    try:
+        yield plugin, base
+    finally:
+        plugin.teardown()
+
+
+def _single_route_cells(run: Any, uri: str, scratch: str, label: str, state: dict[str, Any],
+                        size_mb: float, route: str, errors: tuple[type[BaseException], ...]) -> None:
+    base = {"cell": "checkpoint", "route": route, "state": label, "size_mb": round(size_mb, 1)}
+    with contextlib.ExitStack() as stack:
+        try:
+            plugin, where = stack.enter_context(_route(route, uri, run.settings, scratch))
+        except errors as exc:
+            for op in ("save", "load"):
+                run.cells.append({**base, "op": op, "status": f"failed: {exc}"})
+                run.bar.update()
+            return
+        path = where + label + ".ckpt"
+
+        def save() -> dict[str, Any]:
+            started = time.perf_counter()
+            plugin.save_checkpoint(state, path)
+            seconds = time.perf_counter() - started
+            return {"seconds": round(seconds, 3), "mb_per_s": round(size_mb / seconds, 1), "verified": False}
+
+        saved = run.cell({**base, "op": "save"}, save)
+
+        def load() -> dict[str, Any]:
+            if isinstance(plugin, _LocalDisk):
+                plugin.drop_cache(path)
+            started = time.perf_counter()
+            loaded = plugin.load_checkpoint(path, weights_only=True)
+            seconds = time.perf_counter() - started
+            verified = states_equal(state, loaded)
+            saved["verified"] = verified
+            return {"seconds": round(seconds, 3), "mb_per_s": round(size_mb / seconds, 1), "verified": verified}
+
+        if saved["status"] == "ok":
+            run.cell({**base, "op": "load"}, load)
+        else:
+            run.cells.append({**base, "op": "load", "status": "not run: the save failed"})
+            run.bar.update()
+        with contextlib.suppress(Exception):
+            plugin.remove_checkpoint(path)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _dcp_cells(run: Any, uri: str, megabytes: int, route: str, errors: tuple[type[BaseException], ...]) -> None:
+    """Two ranks in a child process (spawned with gloo), timed by rank 0 between barriers."""
+    import mountctl
+
+    size_mb = megabytes * (1 << 20) / 1e6  # the state is ``megabytes`` MiB, as the single-route cells'
+    base = {"cell": "checkpoint", "route": route, "state": _synthetic_label(megabytes), "size_mb": round(size_mb, 1), "ranks": 2}
+    with contextlib.ExitStack() as stack:
+        where = uri + "dcp-s3/"
+        try:
+            if route.startswith("dcp-mount/"):
+                backend = route.split("/", 1)[1]
+                handle = stack.enter_context(mountctl.mount(uri + f"dcp-mount-{backend}/", backend=backend,
+                                                            read_only=False, settings=run.settings))
+                where = os.path.join(handle.path, "ckpt")
+            timeout = 120 + megabytes / 5
+            done = subprocess.run([sys.executable, "-m", __name__, where, str(megabytes), str(_free_port())],
+                                  capture_output=True, text=True, timeout=timeout, check=False)
+            if done.returncode != 0:
+                raise RuntimeError(f"the DCP ranks failed: {done.stderr.strip().splitlines()[-1:]}")
+            figures = json.loads(done.stdout.strip().splitlines()[-1])
+        except (*errors, subprocess.TimeoutExpired) as exc:  # type: ignore[misc]  # a tuple of exception classes
+            for op in ("save", "load"):
+                run.cells.append({**base, "op": op, "status": f"failed: {exc}"})
+                run.bar.update()
+            return
+        finally:
+            if where.startswith("s3://"):
+                _remove_prefix(run.settings, where)
+        for op in ("save", "load"):
+            seconds = figures[f"{op}_s"]
+            run.cell({**base, "op": op}, lambda s=seconds: {
+                "seconds": round(s, 3), "mb_per_s": round(size_mb / s, 1), "verified": figures["verified"]})
+        if not where.startswith("s3://"):
+            import shutil
+
+            shutil.rmtree(where, ignore_errors=True)
+
+
+def _remove_prefix(settings: S3Settings, uri: str) -> None:
+    from mountctl.s3 import client, parse_s3_uri
+
+    location = parse_s3_uri(uri)
+    s3 = client(settings)
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=location.bucket, Prefix=location.prefix):
+        keys = [{"Key": o["Key"]} for o in page.get("Contents", [])]
+        if keys:
+            s3.delete_objects(Bucket=location.bucket, Delete={"Objects": keys})
+
+
+def run_checkpoint_cells(run: Any, uri: str, scratch: str, errors: tuple[type[BaseException], ...]) -> None:
+    """Every checkpoint cell of the sweep; ``run`` records them (``sweep._Run``), a failure in ``errors``
+    as a failed cell.  Ratios come later (``add_checkpoint_ratios``)."""
+    config = run.config
+    backends = config.backends
+    uri = uri + "checkpoints/"
+    os.makedirs(scratch, exist_ok=True)
+    for label, make in state_sizes(config.checkpoint_model, config.checkpoint_mb):
+        state = make()
+        size_mb = _nbytes(state) / 1e6
+        for route in checkpoint_routes(backends):
+            _single_route_cells(run, uri, scratch, label, state, size_mb, route, errors)
+        del state
+    for route in dcp_routes(backends):
+        _dcp_cells(run, uri, config.checkpoint_mb, route, errors)
+
+
+def add_checkpoint_ratios(cells: list[dict[str, Any]]) -> None:
+    """Each checkpoint cell against local disk for the same state and op, in the same run."""
+    local = {(c["state"], c["op"]): c["mb_per_s"] for c in cells
+             if c["cell"] == "checkpoint" and c["route"] == LOCAL and c["status"] == "ok"}
+    for row in cells:
+        if row["cell"] == "checkpoint" and row["status"] == "ok":
+            base = local.get((row["state"], row["op"]))
+            row["ratio_to_local_disk"] = round(row["mb_per_s"] / base, 3) if base else None
+
+
+def checkpoint_rows(cells: list[dict[str, Any]]) -> tuple[list[str], list[list[Any]]]:
+    """The Markdown table of the checkpoint cells: header and rows."""
+    header = ["state", "op", "route", "size MB", "MB/s", "x local disk", "verified"]
+    rows = [[c["state"], c["op"], c["route"], c["size_mb"], c.get("mb_per_s"), c.get("ratio_to_local_disk"),
+             c.get("verified")] if c["status"] == "ok" else [c["state"], c["op"], c["route"], c["size_mb"],
+                                                              c["status"], "", ""]
+            for c in cells if c["cell"] == "checkpoint"]
+    return header, rows
+
+
+def checkpoint_bars(cells: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """For the chart: MB/s per route, per "state op" group."""
+    bars: dict[str, dict[str, float]] = {}
+    for c in cells:
+        if c["cell"] == "checkpoint" and c["status"] == "ok":
+            bars.setdefault(c["route"], {})[f"{c['state']}\n{c['op']}"] = c["mb_per_s"]
+    return bars
+
+
+def _dcp_rank(rank: int, where: str, megabytes: int, port: int) -> None:
+    import torch.distributed as dist
+
+    import mountctl
+    from mountctl.pytorch.training import dcp
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    try:
+        settings = mountctl.resolve()
+        state = _synthetic_state(megabytes)  # the same on both ranks: DCP splits the writing between them
+        dist.barrier()
+        started = time.perf_counter()
+        dcp.save(state, where, settings)
+        dist.barrier()
+        save_s = time.perf_counter() - started
+        loaded = {k: v.new_zeros(v.shape) for k, v in state.items()}
+        dist.barrier()
+        started = time.perf_counter()
+        dcp.load(loaded, where, settings)
+        dist.barrier()
+        load_s = time.perf_counter() - started
+        if rank == 0:
+            print(json.dumps({"save_s": save_s, "load_s": load_s, "verified": states_equal(state, loaded)}),
+                  flush=True)
+    finally:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":  # the DCP cells' child: python -m ...checkpoint_cells WHERE MEGABYTES PORT
+    import torch.multiprocessing as mp
+
+    mp.start_processes(_dcp_rank, args=(sys.argv[1], int(sys.argv[2]), int(sys.argv[3])), nprocs=2,
+                       start_method="spawn")

@@ -78,3 +78,26 @@ def test_a_missing_program_names_itself_and_how_to_install_it(monkeypatch):
     with pytest.raises(BackendNotFound, match="apt-get install s3fs") as info:
         choose_backend("s3fs")
     assert info.value.program == "s3fs"
+
+
+@pytest.mark.parametrize(("installed", "chosen"), [
+    (("mount-s3", "rclone", "s3fs"), "mount-s3"),
+    (("rclone", "s3fs"), "s3fs"),
+    (("rclone",), "rclone"),
+    (("s3fs",), "s3fs"),
+])
+def test_auto_prefers_mount_s3_then_s3fs_then_rclone(monkeypatch, installed, chosen):
+    import mountctl.backends
+
+    # Which programs are on PATH is a path lookup, not a component: answer it from the case.
+    monkeypatch.setattr(mountctl.backends.shutil, "which",
+                        lambda program: f"/usr/bin/{program}" if program in installed else None)
+    assert choose_backend("auto").name == chosen
+
+
+def test_auto_without_any_program_names_all_three(monkeypatch):
+    import mountctl.backends
+
+    monkeypatch.setattr(mountctl.backends.shutil, "which", lambda program: None)
+    with pytest.raises(BackendNotFound, match="mount-s3, s3fs, rclone"):
+        choose_backend("auto")

@@ -14,6 +14,7 @@ import shutil
 import subprocess
 from typing import ClassVar
 
+from .cache import free_mb
 from .errors import BackendNotFound, InvalidSpec
 from .mounttable import MountEntry
 from .paths import write_private
@@ -84,9 +85,8 @@ class MountS3(Backend):
             argv += ["--endpoint-url", settings.endpoint_url, "--force-path-style", "--upload-checksums", "off"]
         if spec.cache_dir or spec.cache_size_mb:
             # Each mount-s3 process needs a cache directory of its own.
-            argv += ["--cache", os.path.join(spec.cache_dir or workdir, "mount-s3-cache")]
-            if spec.cache_size_mb:
-                argv += ["--max-cache-size", str(spec.cache_size_mb)]
+            argv += ["--cache", os.path.join(spec.cache_dir or workdir, "mount-s3-cache"),
+                     "--max-cache-size", str(_capped_cache_mb(spec, workdir))]
         argv += ["--metadata-ttl", str(int(spec.metadata_ttl_s))]
         if spec.uid is not None:
             argv += ["--uid", str(spec.uid)]
@@ -120,9 +120,12 @@ class Rclone(Backend):
         if spec.read_only:
             argv.append("--read-only")
         if spec.cache_dir or spec.cache_size_mb:
-            argv += ["--vfs-cache-mode", "full", "--cache-dir", os.path.join(spec.cache_dir or workdir, "rclone-cache")]
-            if spec.cache_size_mb:
-                argv += ["--vfs-cache-max-size", f"{spec.cache_size_mb}M"]
+            # Full mode keeps whole read files on disk.  rclone has no free-space floor here and
+            # answers EIO when the disk fills, so its cap is never more than half the free space
+            # and its cleaner runs often enough to keep it there while shards stream through.
+            argv += ["--vfs-cache-mode", "full", "--cache-dir", os.path.join(spec.cache_dir or workdir, "rclone-cache"),
+                     "--vfs-cache-max-size", f"{_capped_cache_mb(spec, workdir)}M",
+                     "--vfs-cache-poll-interval", "5s"]
         if spec.uid is not None:
             argv += ["--uid", str(spec.uid)]
         if spec.gid is not None:
@@ -180,7 +183,17 @@ class S3fsFuse(Backend):
         if spec.read_only:
             options.append("ro")
         if spec.cache_dir or spec.cache_size_mb:
-            options.append(f"use_cache={os.path.join(spec.cache_dir or workdir, 's3fs-cache')}")
+            cache = os.path.join(spec.cache_dir or workdir, "s3fs-cache")
+            # s3fs has no size cap: ensure_diskfree makes it stop caching (and stream instead)
+            # once the cache disk has less free than that, so a full disk never fails a read.
+            free = free_mb(spec.cache_dir or workdir)
+            keep = max(free - spec.cache_size_mb if spec.cache_size_mb else free // 2, _S3FS_KEEP_FREE_MB)
+            # s3fs refuses to start unless the disk has room for its multipart buffers on top
+            # (10 MB x 5 by default): on a disk that small the mount runs without a cache.
+            if free >= keep + _S3FS_BUFFERS_MB:
+                options += [f"use_cache={cache}", f"ensure_diskfree={keep}"]
+                if spec.read_only:
+                    options.append("kernel_cache")  # read-only: the page cache may keep pages across opens
         if spec.uid is not None:
             options.append(f"uid={spec.uid}")
         if spec.gid is not None:
@@ -207,6 +220,17 @@ class S3fsFuse(Backend):
 
     def owns(self, entry: MountEntry) -> bool:
         return entry.fs_type == "fuse.s3fs"
+
+
+# The least free space s3fs leaves on a cache disk, whatever the cap.
+_S3FS_KEEP_FREE_MB = 16
+_S3FS_BUFFERS_MB = 64
+
+
+def _capped_cache_mb(spec: MountSpec, workdir: str) -> int:
+    """The cache cap in MiB: as asked, but never more than half of what the cache disk has free."""
+    half_free = max(1, free_mb(spec.cache_dir or workdir) // 2)
+    return min(spec.cache_size_mb, half_free) if spec.cache_size_mb else half_free
 
 
 def _seconds(value: float) -> str:

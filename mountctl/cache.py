@@ -13,9 +13,12 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+from typing import Any
 
-__all__ = ["cache_bound_mb", "mount_cache_dir", "prepare_mount_cache", "remove_mount_cache", "free_mb",
-           "MIN_CACHE_MB"]
+from . import paths
+
+__all__ = ["cache_bound_mb", "cache_options", "mount_cache_dir", "prepare_mount_cache", "remove_mount_cache",
+           "free_mb", "MIN_CACHE_MB"]
 
 MIB = 1 << 20
 # Below this a cache is not worth its bookkeeping: the mount runs without one.
@@ -36,6 +39,18 @@ def cache_bound_mb(dataset_bytes: int, free_bytes: int) -> int | None:
     limit = 1 << (half_free.bit_length() - 1) if half_free > 0 else 0
     size = min(want, limit)
     return size if size >= MIN_CACHE_MB else None
+
+
+def cache_options(dataset_bytes: int, cache_dir: str | None = None, cache_size_mb: int | None = None
+                  ) -> dict[str, Any]:
+    """The ``cache_dir`` and ``cache_size_mb`` mount options for reading a dataset of ``dataset_bytes``.
+
+    Default place: ``$MOUNTCTL_HOME/cache``; default size: ``cache_bound_mb``.  Empty (no
+    cache) when the disk has too little free for one.
+    """
+    root = os.path.abspath(os.path.expanduser(cache_dir)) if cache_dir else paths.cache_root()
+    size = cache_size_mb or cache_bound_mb(dataset_bytes, free_mb(root) * MIB)
+    return {"cache_dir": root, "cache_size_mb": size} if size else {}
 
 
 def free_mb(path: str) -> int:

@@ -22,6 +22,7 @@ import sys
 
 from mountctl import BACKEND_NAMES, MountctlError
 from mountctl.pytorch.data.sources import SOURCE_KINDS  # light: the kinds import their libraries on use
+from mountctl.pytorch.data.sources.mountpoint import add_mountpoint_arguments
 
 DESCRIPTION = ("ResNet-50 on WebDataset shards in S3, read through a mountctl mount (mountpoint), "
                "s3torchconnector (s3io) or s3fs (fsspec).")
@@ -40,6 +41,7 @@ def _make(args: argparse.Namespace) -> int:
 
 
 def _train(args: argparse.Namespace) -> int:
+    from mountctl.pytorch.data.sources.mountpoint import mountpoint_options
     from mountctl.pytorch.training.trainer import TrainConfig, train
 
     train(TrainConfig(
@@ -48,7 +50,7 @@ def _train(args: argparse.Namespace) -> int:
         mount_dir=args.mount_dir, devices=args.devices, strategy=args.strategy, accelerator=args.accelerator,
         checkpoint_dir=args.checkpoint_dir, resume=args.resume, seed=args.seed, lr=args.lr,
         shuffle_buffer=args.shuffle_buffer, warmup_batches=args.warmup_batches, progress=not args.no_progress,
-        log_dir=args.log_dir))
+        log_dir=args.log_dir, **mountpoint_options(args)))
     return 0
 
 
@@ -111,6 +113,7 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--no-progress", action="store_true", help="no progress bar")
     train.add_argument("--log-dir", default=None, help="write loss and img/s every 10 steps to "
                        "DIR/version_N/metrics.csv (Lightning's CSVLogger); default: no metrics file")
+    add_mountpoint_arguments(train)
     train.set_defaults(func=_train)
 
     bench = commands.add_parser("bench", help="every source kind side by side with the local-disk and raw-GET "

@@ -94,6 +94,10 @@ class TrainConfig:
     progress: bool = True
     arch: str = "resnet50"  # library-only knob; the CLI trains ResNet-50 as the published example does
     log_dir: str | None = None  # Lightning's CSVLogger: DIR/version_N/metrics.csv (loss, img/s); None: no logger
+    cache: bool = True  # mountpoint kind: node-local data cache of the mount
+    cache_dir: str | None = None  # None: $MOUNTCTL_HOME/cache
+    cache_size_mb: int | None = None  # None: the dataset's size, at most half the free disk
+    read_ahead: bool = True  # mountpoint kind, with the cache: warm each reader's next shards
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "uri", str(parse_s3_uri(self.uri)))
@@ -114,6 +118,8 @@ class TrainConfig:
             raise InvalidSpec(f"unknown architecture {self.arch!r}: choose one of {', '.join(ARCHITECTURES)}")
         if self.shuffle_buffer < 0 or self.warmup_batches < 0:
             raise InvalidSpec("--shuffle-buffer and --warmup-batches cannot be negative")
+        if self.cache_size_mb is not None and self.cache_size_mb < 1:
+            raise InvalidSpec(f"--cache-size-mb must be positive, not {self.cache_size_mb}")
 
     @property
     def learning_rate(self) -> float:
@@ -188,8 +194,9 @@ def train(config: TrainConfig, *, settings: S3Settings | None = None, out: TextI
     quiet_known_notices()
     lightning.seed_everything(config.seed, verbose=False)
 
-    with open_source(config.source_kind, config.uri, settings, backend=config.backend,
-                     mount_dir=config.mount_dir) as source:
+    with open_source(config.source_kind, config.uri, settings, backend=config.backend, mount_dir=config.mount_dir,
+                     cache=config.cache, cache_dir=config.cache_dir, cache_size_mb=config.cache_size_mb,
+                     read_ahead=config.read_ahead) as source:
         monitor = ThroughputMonitor(manifest.num_images, warmup_batches=config.warmup_batches)
         callbacks: list[Any] = [monitor]
         saver = SaveLastCheckpoint(target) if target is not None else None

@@ -130,7 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--num-images", type=int, default=512)
     demo.add_argument("--image-size", type=int, default=64)
     demo.add_argument("--batch-size", type=int, default=32)
-    demo.add_argument("--max-epochs", type=int, default=1)
+    demo.add_argument("--max-epochs", type=int, default=2, help="default 2: epoch 1 and epoch 2 shown apart")
     demo.add_argument("--num-workers", type=int, default=2)
     demo.add_argument("--kinds", nargs="+", choices=list(SOURCE_KINDS), default=list(SOURCE_KINDS))
     demo.set_defaults(func=_demo)

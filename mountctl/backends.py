@@ -192,8 +192,9 @@ class S3fsFuse(Backend):
             # (10 MB x 5 by default): on a disk that small the mount runs without a cache.
             if free >= keep + _S3FS_BUFFERS_MB:
                 options += [f"use_cache={cache}", f"ensure_diskfree={keep}"]
-                if spec.read_only:
-                    options.append("kernel_cache")  # read-only: the page cache may keep pages across opens
+                # The kernel's page cache keeps a file's pages across opens while its size and
+                # mtime stay the same (FUSE's auto_cache), instead of dropping them at every open.
+                options.append("auto_cache")
         if spec.uid is not None:
             options.append(f"uid={spec.uid}")
         if spec.gid is not None:

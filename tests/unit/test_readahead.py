@@ -71,3 +71,29 @@ def test_two_ranks_never_fetch_a_shard_twice_on_a_node(tmp_path):
     assert len(fetched) == len(set(fetched)), fetched
     assert fetched  # the readers did warm ahead
     assert set(fetched) <= set(names) - {plans[0][0], plans[1][0]}  # never a shard a reader opened first
+
+
+def test_no_warming_while_the_nodes_warm_slots_are_all_taken(tmp_path):
+    import fcntl
+
+    from mountctl.pytorch.data.readahead import WARM_SLOTS
+
+    names = _shards(tmp_path, 4, MIB)
+    record = tmp_path / "record"
+    held = [os.open(record / f".slot-{i}", os.O_RDWR | os.O_CREAT, 0o600) for i in range(WARM_SLOTS)]
+    for fd in held:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # other readers on the node, each warming a shard
+    warmer = Warmer(str(tmp_path / "mnt"), names, str(record), shards_ahead=2).start()
+    try:
+        warmer.at(0)
+        time.sleep(0.3)
+        assert warmer.bytes_warmed == 0
+        os.close(held.pop())  # one slot frees up
+        deadline = time.monotonic() + 5
+        while warmer.bytes_warmed < 2 * MIB and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert warmer.bytes_warmed == 2 * MIB  # the next two shards, through the one free slot
+    finally:
+        warmer.stop()
+        for fd in held:
+            os.close(fd)

@@ -2,10 +2,12 @@
 
 A reader (a rank's DataLoader worker) knows from the exactly-once plan the
 shards it will open, in order.  A ``Warmer`` reads the next ``shards_ahead``
-of them through the mount, front to back in big blocks, so the mount
+of them through the mount, front to back in 1 MiB blocks, so the mount
 program's disk cache holds them when the reader gets there.  Bounds: one
-thread and one block buffer per reader, and never more than ``shards_ahead``
-shards warmed ahead of the reader.  Once per node: every shard is claimed in
+thread and one block buffer per reader, never more than ``shards_ahead``
+shards warmed ahead of the reader, and at most ``WARM_SLOTS`` shards being
+warmed at once on the node (a warmer holds one of that many file locks in the
+record directory while it reads).  Once per node: every shard is claimed in
 a record directory next to the mount's cache (a file created with O_EXCL), by
 a warmer before it warms it and by a reader before it opens it, so no shard
 is fetched twice on the node however many ranks and workers read.  The record
@@ -16,16 +18,42 @@ is dropped, since the reader reads the shard itself anyway.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import logging
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
-__all__ = ["Warmer", "claim"]
+__all__ = ["Warmer", "claim", "warm_slot", "WARM_SLOTS", "BLOCK"]
 
 log = logging.getLogger("mountctl")
 
-BLOCK = 4 << 20  # each warmer's one read buffer
+BLOCK = 1 << 20  # each warmer's one read buffer (FUSE hands out at most this much per request anyway)
+WARM_SLOTS = 2  # shards warmed at once per node, over all ranks and workers
+
+
+@contextlib.contextmanager
+def warm_slot(record_dir: str, stop: threading.Event) -> Iterator[bool]:
+    """Hold one of the node's ``WARM_SLOTS`` (True), waiting for a free one; False if stopped first."""
+    fds = [os.open(os.path.join(record_dir, f".slot-{i}"), os.O_RDWR | os.O_CREAT, 0o600) for i in range(WARM_SLOTS)]
+    try:
+        while not stop.is_set():
+            for fd in fds:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    continue
+                try:
+                    yield True
+                finally:
+                    fcntl.flock(fd, fcntl.LOCK_UN)
+                return
+            stop.wait(0.05)
+        yield False
+    finally:
+        for fd in fds:
+            os.close(fd)
 
 
 def claim(record_dir: str, name: str) -> bool:
@@ -54,6 +82,7 @@ class Warmer:
         self._next = 0
         self._changed = threading.Condition()
         self._stop = False
+        self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._run, name="mountctl-readahead", daemon=True)
 
     def start(self) -> "Warmer":
@@ -70,6 +99,7 @@ class Warmer:
     def stop(self, timeout_s: float = 10.0) -> None:
         with self._changed:
             self._stop = True
+            self._stopped.set()
             self._changed.notify()
         if self._thread.is_alive():
             self._thread.join(timeout_s)
@@ -103,9 +133,12 @@ class Warmer:
             if not claim(self.record_dir, name):
                 continue
             try:
-                with open_resilient(os.path.join(self.root, name), retry_for_s=self.retry_for_s) as stream:
-                    while not self._stop and (got := stream.readinto(buffer)):
-                        self.bytes_warmed += got
-                self.warmed.append(name)
+                with warm_slot(self.record_dir, self._stopped) as held:
+                    if not held:
+                        return
+                    self.warmed.append(name)
+                    with open_resilient(os.path.join(self.root, name), retry_for_s=self.retry_for_s) as stream:
+                        while not self._stop and (got := stream.readinto(buffer)):
+                            self.bytes_warmed += got
             except (OSError, ValueError) as exc:  # the reader reads it anyway; warming is only a hint
                 log.info("read-ahead of %s dropped: %s", name, exc)

@@ -11,12 +11,13 @@ from mountctl.pytorch.data.sources import open_source
 from torch_support import make_tiny_dataset
 
 
-def test_default_mountpoint_source_caches_and_warms_every_shard_once(backend, s3_env, bucket, mount_root):
+def test_read_ahead_on_the_cached_mount_claims_every_shard_once(backend, s3_env, bucket, mount_root):
     uri = f"s3://{bucket}/data/"
     made = make_tiny_dataset(uri, num_images=40, shard_size="8KB")
     manifest = load_manifest(s3_env, uri)
     assert len(made.manifest.shards) >= 4
-    with open_source("mountpoint", uri, s3_env, backend=backend, mount_dir=str(mount_root / "m")) as source:
+    with open_source("mountpoint", uri, s3_env, backend=backend, mount_dir=str(mount_root / "m"),
+                     read_ahead=True) as source:
         described = source.describe()
         seen = [index for batch in ShardDataset(manifest, source, batch_size=8, shuffle=False)
                 for index in batch["index"]]
@@ -28,10 +29,18 @@ def test_default_mountpoint_source_caches_and_warms_every_shard_once(backend, s3
     assert not os.path.exists(record)  # the record and the cache went with the mount
 
 
+def test_mountpoint_source_caches_by_default_without_read_ahead(s3_env, bucket, mount_root):
+    uri = f"s3://{bucket}/data/"
+    make_tiny_dataset(uri, num_images=16, shard_size="8KB")
+    with open_source("mountpoint", uri, s3_env, backend="rclone", mount_dir=str(mount_root / "m")) as source:
+        described = source.describe()
+    assert described["cache_dir"] and described["cache_size_mb"] and described["read_ahead"] is False
+
+
 def test_no_cache_mounts_without_cache_or_read_ahead(s3_env, bucket, mount_root):
     uri = f"s3://{bucket}/data/"
     make_tiny_dataset(uri, num_images=16, shard_size="8KB")
     with open_source("mountpoint", uri, s3_env, backend="rclone", mount_dir=str(mount_root / "m"),
-                     cache=False) as source:
+                     cache=False, read_ahead=True) as source:
         described = source.describe()
     assert described["cache_dir"] is None and described["read_ahead"] is False

@@ -34,7 +34,7 @@ class BenchConfig:
     cache: bool = True  # mountpoint kind: see TrainConfig
     cache_dir: str | None = None
     cache_size_mb: int | None = None
-    read_ahead: bool = True
+    read_ahead: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "uri", str(parse_s3_uri(self.uri)))

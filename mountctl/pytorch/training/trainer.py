@@ -97,7 +97,7 @@ class TrainConfig:
     cache: bool = True  # mountpoint kind: node-local data cache of the mount
     cache_dir: str | None = None  # None: $MOUNTCTL_HOME/cache
     cache_size_mb: int | None = None  # None: the dataset's size, at most half the free disk
-    read_ahead: bool = True  # mountpoint kind, with the cache: warm each reader's next shards
+    read_ahead: bool = False  # mountpoint kind, with the cache: warm each reader's next shards (measured slower here)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "uri", str(parse_s3_uri(self.uri)))

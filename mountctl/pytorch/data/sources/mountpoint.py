@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import os
 from collections.abc import Iterator, Sequence
@@ -58,15 +59,15 @@ class MountpointSource:
 @contextlib.contextmanager
 def mountpoint_source(uri: str, settings: S3Settings, *, backend: str = "auto", mount_dir: str | None = None,
                       cache: bool = True, cache_dir: str | None = None, cache_size_mb: int | None = None,
-                      read_ahead: bool = True, shards_ahead: int = 2, **_: Any) -> Iterator[MountpointSource]:
+                      read_ahead: bool = False, shards_ahead: int = 2, **_: Any) -> Iterator[MountpointSource]:
     """Mount ``uri`` read-only for the run; ranks on one node share the one mount.
 
     The mount program gets exactly ``settings`` (endpoint, region, credentials), so this
     route reads what the other kinds read; ranks making the same request share one mount.
     With ``cache`` (the default) the program keeps what it read on the node's disk
     (``$MOUNTCTL_HOME/cache`` or ``cache_dir``; size: the prefix's bytes, at most half the
-    free disk, or ``cache_size_mb``) for the mount's lifetime, and with ``read_ahead`` each
-    reader warms its next ``shards_ahead`` shards into it.
+    free disk, or ``cache_size_mb``) for the mount's lifetime, and with ``read_ahead`` (off by
+    default) each reader warms its next ``shards_ahead`` shards into it.
     """
     import mountctl
 
@@ -96,8 +97,9 @@ def add_mountpoint_arguments(parser: Any) -> None:
     parser.add_argument("--cache-size-mb", type=int, default=None,
                         help="mountpoint kind: data cache cap in MiB (default: the dataset's size, at most "
                         "half the free disk)")
-    parser.add_argument("--no-read-ahead", dest="read_ahead", action="store_false",
-                        help="mountpoint kind: do not warm each reader's next shards into the cache")
+    parser.add_argument("--read-ahead", action=argparse.BooleanOptionalAction, default=False,
+                        help="mountpoint kind, with the cache: warm each reader's next shards into it (default "
+                        "off: it slowed epoch 1 on a 2-core machine, where the mount program is CPU-bound)")
 
 
 def mountpoint_options(args: Any) -> dict[str, Any]:

@@ -8,6 +8,7 @@ may change.  This package never imports torch; the training side lives in
 
 from . import s3
 from .backends import backend_versions, installed_backends
+from .cache import cache_options, mount_cache_dir
 from .errors import (
     AlreadyMounted,
     BackendNotFound,
@@ -39,6 +40,8 @@ __all__ = [
     "mount",
     "status",
     "open_resilient",
+    "cache_options",
+    "mount_cache_dir",
     "Mount",
     "SharedMount",
     "MountHandle",

@@ -14,6 +14,7 @@ import shutil
 import subprocess
 from typing import ClassVar
 
+from .cache import free_mb
 from .errors import BackendNotFound, InvalidSpec
 from .mounttable import MountEntry
 from .paths import write_private
@@ -84,9 +85,8 @@ class MountS3(Backend):
             argv += ["--endpoint-url", settings.endpoint_url, "--force-path-style", "--upload-checksums", "off"]
         if spec.cache_dir or spec.cache_size_mb:
             # Each mount-s3 process needs a cache directory of its own.
-            argv += ["--cache", os.path.join(spec.cache_dir or workdir, "mount-s3-cache")]
-            if spec.cache_size_mb:
-                argv += ["--max-cache-size", str(spec.cache_size_mb)]
+            argv += ["--cache", os.path.join(spec.cache_dir or workdir, "mount-s3-cache"),
+                     "--max-cache-size", str(_capped_cache_mb(spec, workdir))]
         argv += ["--metadata-ttl", str(int(spec.metadata_ttl_s))]
         argv += _ownership_flags(spec)
         if not settings.has_credentials:
@@ -115,9 +115,12 @@ class Rclone(Backend):
         if spec.read_only:
             argv.append("--read-only")
         if spec.cache_dir or spec.cache_size_mb:
-            argv += ["--vfs-cache-mode", "full", "--cache-dir", os.path.join(spec.cache_dir or workdir, "rclone-cache")]
-            if spec.cache_size_mb:
-                argv += ["--vfs-cache-max-size", f"{spec.cache_size_mb}M"]
+            # Full mode keeps whole read files on disk.  rclone has no free-space floor here and
+            # answers EIO when the disk fills, so its cap is never more than half the free space
+            # and its cleaner runs often enough to keep it there while shards stream through.
+            argv += ["--vfs-cache-mode", "full", "--cache-dir", os.path.join(spec.cache_dir or workdir, "rclone-cache"),
+                     "--vfs-cache-max-size", f"{_capped_cache_mb(spec, workdir)}M",
+                     "--vfs-cache-poll-interval", "5s"]
         argv += _ownership_flags(spec)
         return argv + self._extra(spec)
 
@@ -170,7 +173,18 @@ class S3fsFuse(Backend):
         if spec.read_only:
             options.append("ro")
         if spec.cache_dir or spec.cache_size_mb:
-            options.append(f"use_cache={os.path.join(spec.cache_dir or workdir, 's3fs-cache')}")
+            cache = os.path.join(spec.cache_dir or workdir, "s3fs-cache")
+            # s3fs has no size cap: ensure_diskfree makes it stop caching (and stream instead)
+            # once the cache disk has less free than that, so a full disk never fails a read.
+            free = free_mb(spec.cache_dir or workdir)
+            keep = max(free - spec.cache_size_mb if spec.cache_size_mb else free // 2, _S3FS_KEEP_FREE_MB)
+            # s3fs refuses to start unless the disk has room for its multipart buffers on top
+            # (10 MB x 5 by default): on a disk that small the mount runs without a cache.
+            if free >= keep + _S3FS_BUFFERS_MB:
+                options += [f"use_cache={cache}", f"ensure_diskfree={keep}"]
+                # The kernel's page cache keeps a file's pages across opens while its size and
+                # mtime stay the same (FUSE's auto_cache), instead of dropping them at every open.
+                options.append("auto_cache")
         if spec.uid is not None:
             options.append(f"uid={spec.uid}")
         if spec.gid is not None:
@@ -211,13 +225,29 @@ def _ownership_flags(spec: MountSpec) -> list[str]:
     return flags
 
 
+# The least free space s3fs leaves on a cache disk, whatever the cap.
+_S3FS_KEEP_FREE_MB = 16
+_S3FS_BUFFERS_MB = 64
+
+
+def _capped_cache_mb(spec: MountSpec, workdir: str) -> int:
+    """The cache cap in MiB: as asked, but never more than half of what the cache disk has free."""
+    half_free = max(1, free_mb(spec.cache_dir or workdir) // 2)
+    return min(spec.cache_size_mb, half_free) if spec.cache_size_mb else half_free
+
+
 def _seconds(value: float) -> str:
     text = f"{value:.3f}".rstrip("0").rstrip(".")
     return f"{text}s" if re.match(r"^\d", text) else "0s"
 
 
 BACKENDS: dict[str, Backend] = {backend.name: backend for backend in (MountS3(), Rclone(), S3fsFuse())}
-_AUTO_ORDER = ("mount-s3", "rclone", "s3fs")
+# ``auto``'s order, by measurement.  mount-s3 first where installed (AWS's own client, built for
+# sequential training reads).  Then s3fs before rclone: it was ahead on all three things a training
+# mount does (issue #9 on a 2-core Xeon; BENCHMARKS.md "auto: which mount program" repeats it with
+# scripts/auto_order.py): bytes per second (308 vs 180 MB/s over 64 MiB shards), daemon CPU per byte,
+# and random 64 KiB reads (266 vs 5 MB/s, fio over a 256 MiB object).
+_AUTO_ORDER = ("mount-s3", "s3fs", "rclone")
 
 
 def get_backend(name: str) -> Backend:
@@ -228,7 +258,7 @@ def get_backend(name: str) -> Backend:
 
 
 def choose_backend(name: str) -> Backend:
-    """Resolve ``auto`` to the first installed program: mount-s3, then rclone, then s3fs."""
+    """Resolve ``auto`` to the first installed program: mount-s3, then s3fs, then rclone."""
     if name != "auto":
         backend = get_backend(name)
         backend.executable()
@@ -237,8 +267,8 @@ def choose_backend(name: str) -> Backend:
         if BACKENDS[candidate].available():
             return BACKENDS[candidate]
     raise BackendNotFound(
-        "no mount program found (tried mount-s3, rclone, s3fs on PATH); install one, e.g. "
-        "`apt-get install rclone`, or AWS's mount-s3 package"
+        "no mount program found (tried mount-s3, s3fs, rclone on PATH); install one, e.g. "
+        "`apt-get install s3fs`, or AWS's mount-s3 package"
     )
 
 

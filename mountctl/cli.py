@@ -35,10 +35,11 @@ def _parser() -> argparse.ArgumentParser:
     m.add_argument("uri", help="s3://bucket/ or s3://bucket/prefix/")
     m.add_argument("dir", help="mount directory (created if missing; must be empty)")
     m.add_argument("--backend", default="auto", choices=["auto", "mount-s3", "rclone", "s3fs"],
-                   help="mount program; auto = mount-s3, else rclone, else s3fs (default: auto)")
+                   help="mount program; auto = mount-s3, else s3fs, else rclone, the order measured in BENCHMARKS.md (default: auto)")
     m.add_argument("--read-write", action="store_true", help="allow writes (default: read-only)")
-    m.add_argument("--cache-dir", help="local cache directory (enables the program's data cache)")
-    m.add_argument("--cache-size-mb", type=int, help="cap on the data cache, in MiB")
+    m.add_argument("--cache-dir", help="local cache directory (enables the program's data cache, in a private "
+                   "subdirectory of its own, removed at unmount)")
+    m.add_argument("--cache-size-mb", type=int, help="cap on the data cache, in MiB (at most half the free disk)")
     m.add_argument("--metadata-ttl", type=float, default=60.0, help="seconds to cache listings and attributes")
     m.add_argument("--endpoint-url", help="S3 endpoint (default: AWS_ENDPOINT_URL or AWS)")
     m.add_argument("--region", help="S3 region (default: AWS_REGION or us-east-1)")

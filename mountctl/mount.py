@@ -21,6 +21,7 @@ from typing import Any, Protocol
 
 from . import scratch
 from .backends import Backend, choose_backend
+from .cache import prepare_mount_cache, remove_mount_cache
 from .errors import AlreadyMounted, MountDirError, MountFailed, MountTimeout, StaleMount
 from .fusectl import force_clear, unmount
 from .health import Health, mount_health
@@ -118,6 +119,7 @@ class Mount:
         self._backend: Backend | None = None
         self._child: subprocess.Popen[bytes] | None = None
         self._workdir: str | None = None
+        self._cache: str | None = None  # this mount's own data cache directory, removed at stop
         self._created_dir = False
         self._preflight = preflight
         self._watchdog_enabled = watchdog
@@ -187,7 +189,9 @@ class Mount:
                 if self._preflight:
                     check_bucket_access(self.settings, self.spec.bucket, self.spec.prefix,
                                         timeout_s=min(10.0, self.spec.mount_timeout_s))
-                self._workdir = scratch.make_workdir(self.path)
+                if self.spec.cache_dir:
+                    self._cache = prepare_mount_cache(self.spec.cache_dir, self.path)
+                self._workdir = scratch.make_workdir(self.path, cache_dir=self._cache)
                 self._spawn_and_wait()
             except BaseException:
                 self._cleanup_files()
@@ -264,6 +268,8 @@ class Mount:
     def _spawn_and_wait(self) -> None:
         assert self._backend is not None and self._workdir is not None
         backend, spec = self._backend, self.spec
+        if self._cache is not None:  # the program gets this mount's own directory, not the shared parent
+            spec = spec.replace(cache_dir=self._cache)
         argv = backend.command(spec, self.settings, self._workdir)
         env = backend.environment(spec, self.settings, self._workdir)
         log_path = self.log_path
@@ -374,6 +380,8 @@ class Mount:
         workdir, self._workdir = self._workdir, None
         if workdir:
             scratch.remove_workdir(workdir)
+        cache, self._cache = self._cache, None
+        remove_mount_cache(cache)
         if self._created_dir and find_mount(self.path) is None:
             try:
                 os.rmdir(self.path)

@@ -18,11 +18,13 @@ __all__ = ["make_workdir", "remove_workdir", "log_dir", "log_files", "sweep_aban
 _PREFIX = "mount-"
 
 
-def make_workdir(mount_dir: str) -> str:
-    """A private scratch directory naming its owner, so the next start can tidy up after a SIGKILL."""
+def make_workdir(mount_dir: str, *, cache_dir: str | None = None) -> str:
+    """A private scratch directory naming its owner (and the mount's data cache), so the next start can
+    tidy up after a SIGKILL."""
     workdir = tempfile.mkdtemp(prefix=_PREFIX, dir=paths.runtime_dir())
     os.makedirs(log_dir(workdir), mode=0o700)
-    paths.write_private_json(os.path.join(workdir, "owner.json"), {**process_identity(), "mount_dir": mount_dir})
+    paths.write_private_json(os.path.join(workdir, "owner.json"),
+                             {**process_identity(), "mount_dir": mount_dir, "cache_dir": cache_dir})
     return workdir
 
 
@@ -62,4 +64,7 @@ def sweep_abandoned_workdirs() -> list[str]:
             cleared.append(f"stale mount {mount_dir}")
         remove_workdir(workdir)
         cleared.append(f"scratch dir {workdir}")
+        if owner.get("cache_dir"):
+            shutil.rmtree(owner["cache_dir"], ignore_errors=True)
+            cleared.append(f"data cache {owner['cache_dir']}")
     return cleared

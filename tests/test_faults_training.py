@@ -6,6 +6,8 @@ import os
 import signal
 import time
 
+import pytest
+
 from mountctl import resolve
 from mountctl.pytorch.data.dataset import EpochLoader, ShardDataset
 from mountctl.pytorch.data.manifest import load_manifest
@@ -18,7 +20,8 @@ from torch_support import make_tiny_dataset
 IMAGES = 96
 
 
-def test_epoch_survives_daemon_kill_with_every_sample_exactly_once(s3_env, bucket, mount_root):
+@pytest.mark.parametrize("read_ahead", [False, True], ids=["plain", "read-ahead"])
+def test_epoch_survives_daemon_kill_with_every_sample_exactly_once(read_ahead, s3_env, bucket, mount_root):
     require_fuse()
     uri = f"s3://{bucket}/data/"
     make_tiny_dataset(uri, num_images=IMAGES, image_size=32, shard_size="8KB")
@@ -26,7 +29,8 @@ def test_epoch_survives_daemon_kill_with_every_sample_exactly_once(s3_env, bucke
     manifest = load_manifest(settings, uri)
     directory = str(mount_root / "m")
     seen: list[int] = []
-    with open_source("mountpoint", uri, settings, backend="rclone", mount_dir=directory) as source:
+    with open_source("mountpoint", uri, settings, backend="rclone", mount_dir=directory,
+                     read_ahead=read_ahead) as source:
         dataset = ShardDataset(manifest, source, batch_size=4, seed=0)
         loader = EpochLoader(dataset, epoch_fn=lambda: 0, num_workers=2, timeout=120)
         started = time.monotonic()

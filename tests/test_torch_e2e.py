@@ -218,10 +218,10 @@ def test_demo_trains_and_benches_each_kind_and_prints_the_table(s3_env, bucket):
                     "8", "--kinds", "s3io"])
     assert done.returncode == 0, done.stderr[-3000:]
     table = done.stdout[done.stdout.index("source kind |"):].splitlines()
-    assert "loader img/s (no model)" in table[0] and len(table) == 3
+    assert "train img/s epoch 1" in table[0] and "loader img/s epoch 1" in table[0] and len(table) == 3
     cells = [c.strip() for c in table[2].split("|")]
     assert cells[0] == "s3io" and cells[-1] == "yes"
-    assert float(cells[2]) > 0 and float(cells[4]) > 0
+    assert all(float(cells[i]) > 0 for i in (2, 3, 5, 6))  # train and loader, epoch 1 and epoch 2 apart
     assert "$ python" in done.stdout and "resnet.py train" in done.stdout
 
 

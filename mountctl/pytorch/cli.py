@@ -23,6 +23,7 @@ import sys
 from mountctl import BACKEND_NAMES, MountctlError
 from mountctl.pytorch.data.device_decode import DECODE_CHOICES
 from mountctl.pytorch.data.sources import SOURCE_KINDS  # light: the kinds import their libraries on use
+from mountctl.pytorch.data.sources.mountpoint import add_mountpoint_arguments
 from mountctl.pytorch.training.trainer import ARCHITECTURES  # light: torch loads inside train()
 
 DESCRIPTION = ("ResNet-50 on WebDataset shards in S3, read through a mountctl mount (mountpoint), "
@@ -42,6 +43,7 @@ def _make(args: argparse.Namespace) -> int:
 
 
 def _train(args: argparse.Namespace) -> int:
+    from mountctl.pytorch.data.sources.mountpoint import mountpoint_options
     from mountctl.pytorch.training.trainer import TrainConfig, train
 
     train(TrainConfig(
@@ -51,7 +53,8 @@ def _train(args: argparse.Namespace) -> int:
         checkpoint_dir=args.checkpoint_dir, resume=args.resume, seed=args.seed, lr=args.lr,
         shuffle_buffer=args.shuffle_buffer, warmup_batches=args.warmup_batches, progress=not args.no_progress,
         log_dir=args.log_dir, decode=args.decode, checkpoint_every_n_steps=args.checkpoint_every_n_steps,
-        sample_log=args.sample_log, num_nodes=args.num_nodes, arch=args.arch, random_access=args.random_access))
+        sample_log=args.sample_log, num_nodes=args.num_nodes, arch=args.arch, random_access=args.random_access,
+        **mountpoint_options(args)))
     return 0
 
 
@@ -148,6 +151,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "training GPU decodes with nvJPEG), auto (gpu when training on CUDA, else cpu)")
     train.add_argument("--random-access", action="store_true", help="indexed shards: read map-style, one ranged "
                        "read per sample, for a global shuffle (the files layout is always read map-style)")
+    add_mountpoint_arguments(train)
     train.set_defaults(func=_train)
 
     bench = commands.add_parser("bench", help="every source kind side by side with the local-disk and raw-GET "
@@ -164,7 +168,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--num-images", type=int, default=512)
     demo.add_argument("--image-size", type=int, default=64)
     demo.add_argument("--batch-size", type=int, default=32)
-    demo.add_argument("--max-epochs", type=int, default=1)
+    demo.add_argument("--max-epochs", type=int, default=2, help="default 2: epoch 1 and epoch 2 shown apart")
     demo.add_argument("--num-workers", type=int, default=2)
     demo.add_argument("--kinds", nargs="+", choices=list(SOURCE_KINDS), default=list(SOURCE_KINDS))
     demo.set_defaults(func=_demo)

@@ -91,3 +91,54 @@ def test_ownership_and_sharing_flags(backend, tmp_path):
 def test_s3fs_spells_ownership_as_options(tmp_path):
     options = S3fsFuse().command(_spec(uid=1000, gid=100, allow_other=True), LOCAL, str(tmp_path))[-1].split(",")
     assert {"uid=1000", "gid=100", "allow_other"} <= set(options)
+
+
+@pytest.mark.parametrize(("installed", "chosen"), [
+    (("mount-s3", "rclone", "s3fs"), "mount-s3"),
+    (("rclone", "s3fs"), "s3fs"),
+    (("rclone",), "rclone"),
+    (("s3fs",), "s3fs"),
+])
+def test_auto_prefers_mount_s3_then_s3fs_then_rclone(monkeypatch, installed, chosen):
+    import mountctl.backends
+
+    # Which programs are on PATH is a path lookup, not a component: answer it from the case.
+    monkeypatch.setattr(mountctl.backends.shutil, "which",
+                        lambda program: f"/usr/bin/{program}" if program in installed else None)
+    assert choose_backend("auto").name == chosen
+
+
+def test_auto_without_any_program_names_all_three(monkeypatch):
+    import mountctl.backends
+
+    monkeypatch.setattr(mountctl.backends.shutil, "which", lambda program: None)
+    with pytest.raises(BackendNotFound, match="mount-s3, s3fs, rclone"):
+        choose_backend("auto")
+
+
+def _free_mb(monkeypatch, value: int) -> None:
+    import mountctl.backends
+
+    # The free space of the cache disk is the one input from the machine; give it per case.
+    monkeypatch.setattr(mountctl.backends, "free_mb", lambda path: value)
+
+
+def test_rclone_cache_cap_is_never_more_than_half_the_free_disk(monkeypatch):
+    _free_mb(monkeypatch, 1000)
+    argv = Rclone().command(_spec(cache_dir="/c", cache_size_mb=5000), LOCAL, "/w")
+    assert argv[argv.index("--vfs-cache-max-size") + 1] == "500M"
+    assert argv[argv.index("--cache-dir") + 1] == "/c/rclone-cache"
+    argv = Rclone().command(_spec(cache_dir="/c", cache_size_mb=100), LOCAL, "/w")
+    assert argv[argv.index("--vfs-cache-max-size") + 1] == "100M"
+
+
+def test_s3fs_cache_keeps_the_disk_free_beyond_its_cap(monkeypatch):
+    _free_mb(monkeypatch, 10_000)
+    options = S3fsFuse().command(_spec(cache_dir="/c", cache_size_mb=3000), LOCAL, "/w")[-1].split(",")
+    assert "use_cache=/c/s3fs-cache" in options and "ensure_diskfree=7000" in options and "auto_cache" in options
+
+
+def test_s3fs_on_a_disk_too_small_for_its_buffers_mounts_without_a_cache(monkeypatch):
+    _free_mb(monkeypatch, 40)
+    options = S3fsFuse().command(_spec(cache_dir="/c", cache_size_mb=3000), LOCAL, "/w")[-1].split(",")
+    assert not [o for o in options if o.startswith(("use_cache", "ensure_diskfree"))]

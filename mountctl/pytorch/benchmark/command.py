@@ -13,6 +13,7 @@ from typing import Any
 from mountctl import BACKEND_NAMES, InvalidSpec
 from mountctl.pytorch.benchmark.config import ACCELERATORS, PRESETS, SUITES
 from mountctl.pytorch.data.sources import SOURCE_KINDS
+from mountctl.pytorch.data.sources.mountpoint import add_mountpoint_arguments, mountpoint_options
 
 __all__ = ["add_bench_arguments", "run_bench", "DEFAULT_URI"]
 
@@ -66,6 +67,7 @@ def add_bench_arguments(bench: argparse.ArgumentParser) -> None:
     single.add_argument("--warmup-batches", type=int, default=5)
     single.add_argument("--backend", choices=BACKEND_NAMES, default="auto")
     single.add_argument("--mount-dir", default=None)
+    add_mountpoint_arguments(single)
 
 
 def _single(args: argparse.Namespace) -> int:
@@ -77,7 +79,7 @@ def _single(args: argparse.Namespace) -> int:
     summary = bench_loader(BenchConfig(
         uri=args.uri, source_kind=args.source_kind, batch_size=args.batch_size or 256, num_workers=workers[0],
         epochs=args.epochs, warmup_batches=args.warmup_batches, backend=args.backend, mount_dir=args.mount_dir,
-        seed=args.seed))
+        seed=args.seed, **mountpoint_options(args)))
     print(json.dumps(summary), flush=True)
     return 0
 

@@ -31,6 +31,10 @@ class BenchConfig:
     backend: str = "auto"
     mount_dir: str | None = None
     seed: int = 0
+    cache: bool = True  # mountpoint kind: see TrainConfig
+    cache_dir: str | None = None
+    cache_size_mb: int | None = None
+    read_ahead: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "uri", str(parse_s3_uri(self.uri)))
@@ -48,8 +52,9 @@ def bench_loader(config: BenchConfig, *, settings: S3Settings | None = None) -> 
     manifest = load_manifest(settings, config.uri)
     check_shards_present(settings, config.uri, manifest)
     epochs = []
-    with open_source(config.source_kind, config.uri, settings, backend=config.backend,
-                     mount_dir=config.mount_dir) as source:
+    with open_source(config.source_kind, config.uri, settings, backend=config.backend, mount_dir=config.mount_dir,
+                     cache=config.cache, cache_dir=config.cache_dir, cache_size_mb=config.cache_size_mb,
+                     read_ahead=config.read_ahead) as source:
         dataset = ShardDataset(manifest, source, batch_size=config.batch_size, seed=config.seed)
         for epoch in range(config.epochs if manifest.layout == "shards" else 0):
             extra = {"timeout": BATCH_TIMEOUT_S} if config.num_workers else {}

@@ -20,7 +20,7 @@ from mountctl.pytorch.data.manifest import check_shards_present, load_manifest
 from mountctl.pytorch.data.sources import check_source_choice, open_source
 from mountctl.pytorch.notices import quiet_known_notices
 
-__all__ = ["TrainConfig", "train", "default_precision", "default_num_workers", "ARCHITECTURES"]
+__all__ = ["TrainConfig", "train", "default_precision", "precision_rule", "cpu_flags", "default_num_workers", "ARCHITECTURES"]
 
 # With --log-dir, a metrics.csv row every this many steps (Lightning's default of 50 leaves short runs empty).
 _LOG_EVERY_N_STEPS = 10
@@ -31,14 +31,45 @@ def default_num_workers() -> int:
     return min(8, os.cpu_count() or 1)
 
 
+# CPU flags (as /proc/cpuinfo spells them) that mean native bf16 arithmetic.  Without them autocast
+# to bf16 is emulated and runs at about half the speed of fp32 (issue #9: 9.4-11.9 vs 19.1-21.6 img/s
+# on an AVX-512 Xeon without AVX512_BF16).  torch.ops.mkldnn._is_mkldnn_bf16_supported() is true on
+# any AVX-512 CPU, so it cannot decide this.
+_NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
+
+
+def cpu_flags(cpuinfo: str) -> frozenset[str]:
+    """The feature flags of the first CPU in a /proc/cpuinfo text (empty where it has none)."""
+    for line in cpuinfo.splitlines():
+        name, _, value = line.partition(":")
+        if name.strip() in ("flags", "Features"):
+            return frozenset(value.split())
+    return frozenset()
+
+
+def precision_rule(*, cuda: bool, flags: frozenset[str], cuda_bf16: bool = False) -> str:
+    """The default precision for a device: a pure function, so the rule is testable on given flags.
+
+    GPU: 16-mixed, or bf16-mixed where the GPU supports bf16 natively (Ampere and newer; same speed
+    as fp16 there and no loss scaling).  CPU: bf16-mixed only with native bf16 (AVX512_BF16 or
+    AMX_BF16 in the flags), else 32-true.
+    """
+    if cuda:
+        return "bf16-mixed" if cuda_bf16 else "16-mixed"
+    return "bf16-mixed" if any(flag in flags for flag in _NATIVE_BF16_FLAGS) else "32-true"
+
+
 def default_precision(accelerator: str = "auto") -> str:
-    """16-bit mixed on a GPU; on a CPU bf16-mixed where it has native bf16, else full 32-bit."""
+    """16-bit mixed on a GPU (bf16 where supported); on a CPU bf16-mixed where it has native bf16, else 32-true."""
     import torch
 
-    if accelerator in ("auto", "gpu", "cuda") and torch.cuda.is_available():
-        return "16-mixed"
-    # Without native bf16 (AVX-512 BF16 / AMX) autocast to bf16 emulates it, slower than fp32.
-    return "bf16-mixed" if torch.ops.mkldnn._is_mkldnn_bf16_supported() else "32-true"
+    cuda = accelerator in ("auto", "gpu", "cuda") and torch.cuda.is_available()
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = cpu_flags(f.read())
+    except OSError:  # not Linux: no native bf16 known, fp32 is never the slow choice
+        flags = frozenset()
+    return precision_rule(cuda=cuda, flags=flags, cuda_bf16=cuda and torch.cuda.is_bf16_supported())
 
 
 @dataclass(frozen=True)
@@ -70,6 +101,10 @@ class TrainConfig:
     sample_log: str | None = None  # FILE (FILE.rank<N> per rank when several): "key epoch global_step rank" lines
     random_access: bool = False  # indexed shards read map-style (one ranged read per sample); files layout always is
     readahead_threads: int = 16  # map-style: objects fetched in parallel per DataLoader worker (0: one at a time)
+    cache: bool = True  # mountpoint kind: node-local data cache of the mount
+    cache_dir: str | None = None  # None: $MOUNTCTL_HOME/cache
+    cache_size_mb: int | None = None  # None: the dataset's size, at most half the free disk
+    read_ahead: bool = False  # mountpoint kind, with the cache: warm each reader's next shards (measured slower here)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "uri", str(parse_s3_uri(self.uri)))
@@ -97,6 +132,8 @@ class TrainConfig:
         resolve_decode(self.decode, self.accelerator)  # --decode gpu without CUDA fails here
         if self.shuffle_buffer < 0 or self.warmup_batches < 0:
             raise InvalidSpec("--shuffle-buffer and --warmup-batches cannot be negative")
+        if self.cache_size_mb is not None and self.cache_size_mb < 1:
+            raise InvalidSpec(f"--cache-size-mb must be positive, not {self.cache_size_mb}")
 
     @property
     def learning_rate(self) -> float:
@@ -188,8 +225,9 @@ def train(config: TrainConfig, *, settings: S3Settings | None = None, out: TextI
     quiet_known_notices()
     lightning.seed_everything(config.seed, verbose=False)
 
-    with open_source(config.source_kind, config.uri, settings, backend=config.backend,
-                     mount_dir=config.mount_dir) as source:
+    with open_source(config.source_kind, config.uri, settings, backend=config.backend, mount_dir=config.mount_dir,
+                     cache=config.cache, cache_dir=config.cache_dir, cache_size_mb=config.cache_size_mb,
+                     read_ahead=config.read_ahead) as source:
         monitor = ThroughputMonitor(manifest.num_images, warmup_batches=config.warmup_batches)
         callbacks: list[Any] = [monitor]
         sample_log = SampleLog(config.sample_log) if config.sample_log else None

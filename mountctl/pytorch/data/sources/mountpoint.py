@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import os
 from collections.abc import Iterator, Sequence
@@ -11,7 +12,7 @@ from typing import Any, BinaryIO
 from mountctl import S3Settings, parse_s3_uri, s3
 from mountctl.pytorch.data.sources.reader_state import PerProcessState
 
-__all__ = ["MountpointSource", "mountpoint_source", "FileReader"]
+__all__ = ["MountpointSource", "mountpoint_source", "FileReader", "add_mountpoint_arguments", "mountpoint_options"]
 
 
 @dataclass
@@ -54,22 +55,38 @@ class MountpointSource:
     uri: str
     settings: S3Settings
     kind: str = "mountpoint"
+    cache_dir: str | None = None  # where the mount's data cache lives; None: no cache
+    cache_size_mb: int | None = None
+    read_ahead_dir: str | None = None  # the node's record of claimed shards; None: no read-ahead
+    shards_ahead: int = 2
 
     def open_shards(self, names: Sequence[str]) -> Iterator[tuple[str, BinaryIO]]:
         from mountctl import open_resilient
+        from mountctl.pytorch.data.readahead import Warmer
 
         location = parse_s3_uri(self.uri)
-        for name in names:
-            def still_exists(key: str = location.prefix + name) -> bool:
-                return s3.object_size(s3.short_client(self.settings), location.bucket, key) is not None
+        warmer = None
+        if self.read_ahead_dir is not None:
+            warmer = Warmer(self.root, names, self.read_ahead_dir, shards_ahead=self.shards_ahead).start()
+        try:
+            for index, name in enumerate(names):
+                def still_exists(key: str = location.prefix + name) -> bool:
+                    return s3.object_size(s3.short_client(self.settings), location.bucket, key) is not None
 
-            # open_resilient reopens and seeks back if the watchdog remounts under us, and
-            # fails at once if S3 no longer has the object.
-            with open_resilient(os.path.join(self.root, name), still_exists=still_exists) as stream:
-                yield name, stream
+                if warmer is not None:
+                    warmer.at(index)
+                # open_resilient reopens and seeks back if the watchdog remounts under us, and
+                # fails at once if S3 no longer has the object.
+                with open_resilient(os.path.join(self.root, name), still_exists=still_exists) as stream:
+                    yield name, stream
+        finally:
+            if warmer is not None:
+                warmer.stop()
 
     def describe(self) -> dict[str, Any]:
-        return {"kind": self.kind, "path": self.root, "backend": self.backend, "mount_pid": self.mount_pid}
+        return {"kind": self.kind, "path": self.root, "backend": self.backend, "mount_pid": self.mount_pid,
+                "cache_dir": self.cache_dir, "cache_size_mb": self.cache_size_mb,
+                "read_ahead": self.read_ahead_dir is not None}
 
     def map_reader(self, names: Sequence[str], *, ranged: bool = False) -> FileReader:
         """Objects (or, ``ranged``, byte ranges of shards) read through the mount as files."""
@@ -78,14 +95,51 @@ class MountpointSource:
 
 @contextlib.contextmanager
 def mountpoint_source(uri: str, settings: S3Settings, *, backend: str = "auto", mount_dir: str | None = None,
-                      **_: Any) -> Iterator[MountpointSource]:
+                      cache: bool = True, cache_dir: str | None = None, cache_size_mb: int | None = None,
+                      read_ahead: bool = False, shards_ahead: int = 2, **_: Any) -> Iterator[MountpointSource]:
     """Mount ``uri`` read-only for the run; ranks on one node share the one mount.
 
     The mount program gets exactly ``settings`` (endpoint, region, credentials), so this
     route reads what the other kinds read; ranks making the same request share one mount.
+    With ``cache`` (the default) the program keeps what it read on the node's disk
+    (``$MOUNTCTL_HOME/cache`` or ``cache_dir``; size: the prefix's bytes, at most half the
+    free disk, or ``cache_size_mb``) for the mount's lifetime, and with ``read_ahead`` (off by
+    default) each reader warms its next ``shards_ahead`` shards into it.
     """
     import mountctl
 
-    with mountctl.mount(uri, mount_dir, backend=backend, settings=settings) as mounted:
+    location = parse_s3_uri(uri)
+    options: dict[str, Any] = {}
+    if cache:
+        dataset_bytes = sum(s3.list_object_sizes(s3.short_client(settings), location.bucket,
+                                                 location.prefix).values())
+        options = mountctl.cache_options(dataset_bytes, cache_dir, cache_size_mb)
+    with mountctl.mount(uri, mount_dir, backend=backend, settings=settings, **options) as mounted:
+        record = None
+        if read_ahead and options:
+            record = os.path.join(mountctl.mount_cache_dir(options["cache_dir"], mounted.path), "read-ahead")
+            os.makedirs(record, mode=0o700, exist_ok=True)
         yield MountpointSource(root=mounted.path, backend=mounted.backend, mount_pid=mounted.pid,
-                               uri=str(parse_s3_uri(uri)), settings=settings)
+                               uri=str(location), settings=settings, cache_dir=options.get("cache_dir"),
+                               cache_size_mb=options.get("cache_size_mb"), read_ahead_dir=record,
+                               shards_ahead=shards_ahead)
+
+
+def add_mountpoint_arguments(parser: Any) -> None:
+    """This kind's command-line options (``resnet.py train`` and ``bench``): the cache and read-ahead."""
+    parser.add_argument("--no-cache", dest="cache", action="store_false",
+                        help="mountpoint kind: no node-local data cache (and so no read-ahead)")
+    parser.add_argument("--cache-dir", default=None,
+                        help="mountpoint kind: where the data cache lives (default: $MOUNTCTL_HOME/cache)")
+    parser.add_argument("--cache-size-mb", type=int, default=None,
+                        help="mountpoint kind: data cache cap in MiB (default: the dataset's size, at most "
+                        "half the free disk)")
+    parser.add_argument("--read-ahead", action=argparse.BooleanOptionalAction, default=False,
+                        help="mountpoint kind, with the cache: warm each reader's next shards into it (default "
+                        "off: it slowed epoch 1 on a 2-core machine, where the mount program is CPU-bound)")
+
+
+def mountpoint_options(args: Any) -> dict[str, Any]:
+    """The options ``add_mountpoint_arguments`` parsed, as config fields / opener keywords."""
+    return {"cache": args.cache, "cache_dir": args.cache_dir, "cache_size_mb": args.cache_size_mb,
+            "read_ahead": args.read_ahead}

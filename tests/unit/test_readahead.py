@@ -1,0 +1,99 @@
+"""Plan-driven read-ahead on plain files: its bound, and one fetch per shard per node.
+
+The warmer only opens and reads paths; files in a temporary directory stand in for
+the mount's directory, and warmers in threads stand in for ranks sharing a node
+(they coordinate only through the record directory, as processes do).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import tracemalloc
+
+from mountctl.pytorch.data.readahead import BLOCK, Warmer
+
+MIB = 1 << 20
+
+
+def _shards(tmp_path, count: int, size: int) -> list[str]:
+    root = tmp_path / "mnt"
+    root.mkdir()
+    names = [f"shard-{i:03d}.tar" for i in range(count)]
+    for name in names:
+        (root / name).write_bytes(os.urandom(size))
+    (tmp_path / "record").mkdir()
+    return names
+
+
+def _read_like_a_reader(warmer: Warmer, count: int, pause_s: float = 0.05) -> None:
+    for index in range(count):
+        warmer.at(index)
+        time.sleep(pause_s)  # parsing and decoding the shard
+    warmer.stop()
+
+
+def test_warmer_stays_within_its_shards_ahead(tmp_path):
+    names = _shards(tmp_path, 8, MIB)
+    warmer = Warmer(str(tmp_path / "mnt"), names, str(tmp_path / "record"), shards_ahead=2).start()
+    _read_like_a_reader(warmer, len(names))
+    assert 1 <= warmer.most_ahead <= 2
+    assert warmer.warmed == names[1:]  # every shard after the first, the one the reader opened cold
+
+
+def test_warmer_memory_is_one_block_whatever_the_shard_size(tmp_path):
+    names = _shards(tmp_path, 3, 16 * MIB)
+    tracemalloc.start()
+    try:
+        warmer = Warmer(str(tmp_path / "mnt"), names, str(tmp_path / "record"), shards_ahead=2).start()
+        _read_like_a_reader(warmer, len(names), pause_s=0.3)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert warmer.bytes_warmed == 2 * 16 * MIB
+    assert peak < 2 * BLOCK + 2 * MIB, peak  # the block buffer and open_resilient's 1 MiB buffer, not shards
+
+
+def test_two_ranks_never_fetch_a_shard_twice_on_a_node(tmp_path):
+    names = _shards(tmp_path, 12, MIB)
+    # Two readers whose plans overlap (a shard spanning both, and both lists crossing), as ranks' can.
+    plans = [names[:7], names[6:] + names[:2]]
+    warmers = [Warmer(str(tmp_path / "mnt"), plan, str(tmp_path / "record"), shards_ahead=3).start()
+               for plan in plans]
+    threads = [threading.Thread(target=_read_like_a_reader, args=(w, len(p), 0.02))
+               for w, p in zip(warmers, plans, strict=True)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    fetched = [name for warmer in warmers for name in warmer.warmed]
+    assert len(fetched) == len(set(fetched)), fetched
+    assert fetched  # the readers did warm ahead
+    assert set(fetched) <= set(names) - {plans[0][0], plans[1][0]}  # never a shard a reader opened first
+
+
+def test_no_warming_while_the_nodes_warm_slots_are_all_taken(tmp_path):
+    import fcntl
+
+    from mountctl.pytorch.data.readahead import WARM_SLOTS
+
+    names = _shards(tmp_path, 4, MIB)
+    record = tmp_path / "record"
+    held = [os.open(record / f".slot-{i}", os.O_RDWR | os.O_CREAT, 0o600) for i in range(WARM_SLOTS)]
+    for fd in held:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # other readers on the node, each warming a shard
+    warmer = Warmer(str(tmp_path / "mnt"), names, str(record), shards_ahead=2).start()
+    try:
+        warmer.at(0)
+        time.sleep(0.3)
+        assert warmer.bytes_warmed == 0
+        os.close(held.pop())  # one slot frees up
+        deadline = time.monotonic() + 5
+        while warmer.bytes_warmed < 2 * MIB and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert warmer.bytes_warmed == 2 * MIB  # the next two shards, through the one free slot
+    finally:
+        warmer.stop()
+        for fd in held:
+            os.close(fd)

@@ -137,10 +137,35 @@ def sweep_stray_server_files(tmp_dir: str | None = None) -> list[str]:
     return removed
 
 
+def _ephemeral_range(path: str = "/proc/sys/net/ipv4/ip_local_port_range") -> tuple[int, int]:
+    try:
+        with open(path) as f:
+            low, high = (int(x) for x in f.read().split())
+        return low, high
+    except (OSError, ValueError):
+        return 32768, 60999  # Linux's default
+
+
+def port_candidates(ephemeral: tuple[int, int]) -> range:
+    """Ports P for which neither P nor P + 10000 lies in the kernel's ephemeral range.
+
+    An outgoing connection (a mount program talking to S3, say) takes its local port from
+    that range; a server port there can be taken between a stop and the restart that
+    reuses it, and the restart then fails with "address already in use".
+    """
+    low, high = ephemeral
+    if low - _GRPC_OFFSET > 10000:
+        return range(10000, low - _GRPC_OFFSET)  # both ports below the range
+    if high + 1 <= 65535 - _GRPC_OFFSET:
+        return range(high + 1, 65536 - _GRPC_OFFSET)  # both ports above it
+    return range(20000, 55536 - _GRPC_OFFSET)  # no room outside it: take our chances
+
+
 def _free_port_pair() -> int:
-    """A port P such that P and P + 10000 are both free on 127.0.0.1."""
+    """A port P such that P and P + 10000 are both free on 127.0.0.1, outside the ephemeral range."""
+    candidates = port_candidates(_ephemeral_range())
     for _ in range(200):
-        port = secrets.randbelow(55535 - 20000 - _GRPC_OFFSET) + 20000
+        port = candidates[secrets.randbelow(len(candidates))]
         if _port_free(port) and _port_free(port + _GRPC_OFFSET):
             return port
     raise LocalS3Error("found no free pair of ports on 127.0.0.1 for the local S3 server; free some ports")
@@ -291,7 +316,8 @@ class LocalS3:
         for component in _COMPONENTS:
             # Keep the endpoint stable across restarts when the old port is still free.
             port = previous.get(component)
-            if not (port and _port_free(port) and _port_free(port + _GRPC_OFFSET) and port not in ports.values()):
+            reusable = port in port_candidates(_ephemeral_range()) if port else False
+            if not (reusable and _port_free(port) and _port_free(port + _GRPC_OFFSET) and port not in ports.values()):
                 port = _free_port_pair()
                 while port in ports.values():
                     port = _free_port_pair()

@@ -94,21 +94,6 @@ def test_mount_path_with_spaces_is_found_in_mount_table(bucket, s3, mount_root):
         assert entry is not None and entry.fs_type == "fuse.rclone"
 
 
-def test_auto_backend_prefers_mount_s3_then_rclone(monkeypatch, tmp_path):
-    from mountctl.backends import choose_backend
-
-    fake_bin = tmp_path / "bin"
-    fake_bin.mkdir()
-    for program in ("rclone", "s3fs"):
-        (fake_bin / program).write_text("#!/bin/sh\n")
-        (fake_bin / program).chmod(0o755)
-    monkeypatch.setenv("PATH", str(fake_bin))
-    assert choose_backend("auto").name == "rclone"
-    (fake_bin / "mount-s3").write_text("#!/bin/sh\n")
-    (fake_bin / "mount-s3").chmod(0o755)
-    assert choose_backend("auto").name == "mount-s3"
-
-
 def test_mount_start_takes_seconds_not_minutes(backend, bucket, mount_root):
     started = time.monotonic()
     with Mount(MountSpec(uri=f"s3://{bucket}/", mount_dir=str(mount_root / "m"), backend=backend)):

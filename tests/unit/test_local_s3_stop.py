@@ -24,3 +24,14 @@ def test_a_server_that_survives_sigkill_is_reported_not_raised_as_psutil_error(t
     finally:
         child.kill()
         child.wait(timeout=5)
+
+
+def test_server_ports_avoid_the_kernels_ephemeral_range():
+    from mountctl.local_s3 import port_candidates
+
+    for low, high in [(32768, 60999), (49152, 65535), (1024, 65535)]:
+        candidates = port_candidates((low, high))
+        if low - 10000 > 10000 or high + 1 <= 55535:
+            for port in (candidates[0], candidates[-1]):
+                assert not low <= port <= high and not low <= port + 10000 <= high, (low, high, port)
+        assert candidates[-1] + 10000 <= 65535

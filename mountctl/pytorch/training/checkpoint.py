@@ -47,6 +47,12 @@ class CheckpointTarget:
         return self.location + LAST if self.is_s3 else os.path.join(self.location, LAST)
 
     @property
+    def is_path(self) -> bool:
+        """A plain directory: saves go to ``partial`` and are renamed over ``last`` (elsewhere the
+        object store or the route writes the final name whole, or not at all)."""
+        return not self.is_s3
+
+    @property
     def partial(self) -> str:
         """Where a save to a path is written before it is renamed over ``last``."""
         return os.path.join(self.location, f".{LAST}.partial")
@@ -98,6 +104,10 @@ class RoutedTarget(CheckpointTarget):
     @property
     def is_s3(self) -> bool:
         return False
+
+    @property
+    def is_path(self) -> bool:
+        return False  # the route writes the final name once, with no rename (mount-s3 has none)
 
     @property
     def last(self) -> str:

@@ -43,7 +43,7 @@ class SaveLastCheckpoint(lightning.Callback):
             trainer.strategy.barrier("sample-log")
         # Full state (optimizer, loops, data position) so that --resume continues; rank 0 writes, all ranks meet
         # at a barrier.
-        if self.target.is_s3:
+        if not self.target.is_path:
             trainer.save_checkpoint(self.target.last, weights_only=False)
         else:
             partial = self.target.partial

@@ -174,10 +174,13 @@ class S3fsFuse(Backend):
             options.append("ro")
         if spec.cache_dir or spec.cache_size_mb:
             cache = os.path.join(spec.cache_dir or workdir, "s3fs-cache")
-            # s3fs has no size cap: ensure_diskfree makes it stop caching (and stream instead)
-            # once the cache disk has less free than that, so a full disk never fails a read.
+            # s3fs has no size cap: ensure_diskfree makes it stop caching once the cache disk has
+            # less free than that.  s3fs 1.90 fails a read with ENOSPC when the disk is already
+            # below the floor, so the floor leaves room for everyone else writing to the disk: it
+            # is never more than half of what is free now (the cache itself holds at most the
+            # dataset, which is what cache_size_mb is derived from).
             free = free_mb(spec.cache_dir or workdir)
-            keep = max(free - spec.cache_size_mb if spec.cache_size_mb else free // 2, _S3FS_KEEP_FREE_MB)
+            keep = max(free - max(spec.cache_size_mb or 0, free // 2), _S3FS_KEEP_FREE_MB)
             # s3fs refuses to start unless the disk has room for its multipart buffers on top
             # (10 MB x 5 by default): on a disk that small the mount runs without a cache.
             if free >= keep + _S3FS_BUFFERS_MB:

@@ -135,7 +135,15 @@ def test_rclone_cache_cap_is_never_more_than_half_the_free_disk(monkeypatch):
 def test_s3fs_cache_keeps_the_disk_free_beyond_its_cap(monkeypatch):
     _free_mb(monkeypatch, 10_000)
     options = S3fsFuse().command(_spec(cache_dir="/c", cache_size_mb=3000), LOCAL, "/w")[-1].split(",")
-    assert "use_cache=/c/s3fs-cache" in options and "ensure_diskfree=7000" in options and "auto_cache" in options
+    assert "use_cache=/c/s3fs-cache" in options and "ensure_diskfree=5000" in options and "auto_cache" in options
+
+
+def test_s3fs_cache_floor_leaves_half_the_free_disk_to_other_writers(monkeypatch):
+    """A floor of free - cap broke reads (ENOSPC) as soon as another process wrote more than the cap."""
+    _free_mb(monkeypatch, 66_000)
+    options = S3fsFuse().command(_spec(cache_dir="/c", cache_size_mb=256), LOCAL, "/w")[-1].split(",")
+    floor = int(next(o for o in options if o.startswith("ensure_diskfree=")).split("=")[1])
+    assert floor <= 66_000 // 2
 
 
 def test_s3fs_on_a_disk_too_small_for_its_buffers_mounts_without_a_cache(monkeypatch):

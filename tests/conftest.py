@@ -7,10 +7,12 @@ not installed (it is not in the registries these machines reach).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import tempfile
+import time
 import uuid
 
 import psutil
@@ -176,14 +178,26 @@ def mount_root(tmp_path):
     yield root
     assert _fusectl_mounted() == had_fusectl, "the FUSE control filesystem mountctl mounted was left behind"
     leftover_mounts = fuse_mounts_under(str(tmp_path))
-    leftover_procs = [p for p in mount_programs(_SESSION_HOME, str(tmp_path)) if p.pid not in before and p.is_running()
-                      and p.status() != psutil.STATUS_ZOMBIE]
+
+    def still_running() -> list[tuple[psutil.Process, str]]:
+        found = []
+        for p in mount_programs(_SESSION_HOME, str(tmp_path)):
+            with contextlib.suppress(psutil.Error):  # gone or a zombie meanwhile: it ended
+                if p.pid not in before and p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
+                    found.append((p, " ".join(p.cmdline())))
+        return found
+
+    # A supervisor that is exiting (unmounting, removing its cache) gets a bounded moment.
+    deadline = time.monotonic() + 5
+    while (leftover := still_running()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    leftover_procs = [p for p, _ in leftover]
     for path in leftover_mounts:
         os.system(f"fusermount3 -uz '{path}' 2>/dev/null")
     for process in leftover_procs:
         process.kill()
     assert not leftover_mounts, f"mounts left behind: {leftover_mounts}"
-    assert not leftover_procs, f"processes left behind: {[p.cmdline() for p in leftover_procs]}"
+    assert not leftover_procs, f"processes left behind: {[cmd for _, cmd in leftover]}"
     run_dir = os.path.join(_SESSION_HOME, "run")
     leftover_dirs = [n for n in os.listdir(run_dir) if n.startswith("mount-")] if os.path.isdir(run_dir) else []
     assert not leftover_dirs, f"scratch directories left behind: {leftover_dirs}"

@@ -48,6 +48,10 @@ class ResilientReader(io.RawIOBase):
         self._retry_for_s = retry_for_s
         self._still_exists = still_exists
         self._offset = 0
+        # The FUSE mount this file is opened through, read before the open so a remount that starts
+        # right after a failed open cannot hide it; ENOENT is retried only while it is gone.
+        entry = covering_mount(path)
+        self._fuse_root = entry.mount_point if entry is not None and entry.is_fuse else None
         self._file: io.FileIO | None = None
         try:
             self._file = io.FileIO(path, "r")
@@ -55,9 +59,6 @@ class ResilientReader(io.RawIOBase):
             if exc.errno not in RETRYABLE_ERRNOS:
                 raise  # a missing file fails at once, as open() does
             # Opened while the mount is being replaced: the first read opens it, retrying like any read.
-        entry = covering_mount(path)
-        # The FUSE mount this file was opened through; ENOENT is retried only while it is gone.
-        self._fuse_root = entry.mount_point if entry is not None and entry.is_fuse else None
         self.reopens = 0
 
     def readable(self) -> bool:

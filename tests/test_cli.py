@@ -5,11 +5,12 @@ from __future__ import annotations
 import glob
 import json
 import os
-import shutil
 import subprocess
 import sys
 
 import pytest
+
+from mountctl.programs import find_program
 
 from conftest import fuse_mounts_under, mount_programs, require_fuse
 
@@ -99,7 +100,7 @@ def test_doctor_reports_each_check_and_fails_without_credentials(s3_env, tmp_pat
     report = json.loads(done.stdout)
     by_name = {c["name"]: c for c in report["checks"]}
     assert by_name["/dev/fuse"]["ok"] and by_name["endpoint"]["ok"] and by_name["bucket access"]["ok"]
-    assert by_name["backend rclone"]["ok"] == (shutil.which("rclone") is not None)
+    assert by_name["backend rclone"]["ok"] == (find_program("rclone") is not None)
     env = {k: v for k, v in os.environ.items() if k not in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")}
     env["HOME"] = str(tmp_path)  # no ~/.aws either
     done = subprocess.run(MOUNTCTL + ["doctor"], capture_output=True, text=True, timeout=60, env=env)

@@ -72,9 +72,8 @@ def test_extra_args_reach_only_their_program(tmp_path):
 
 
 def test_a_missing_program_names_itself_and_how_to_install_it(monkeypatch):
-    monkeypatch.setattr("shutil.which", lambda name: None)
     monkeypatch.undo()  # restore the real `executable` so the lookup really runs
-    monkeypatch.setattr("mountctl.backends.shutil.which", lambda name: None)
+    monkeypatch.setattr("mountctl.backends.find_program", lambda name: None)
     with pytest.raises(BackendNotFound, match="apt-get install s3fs") as info:
         choose_backend("s3fs")
     assert info.value.program == "s3fs"
@@ -103,7 +102,7 @@ def test_auto_prefers_mount_s3_then_s3fs_then_rclone(monkeypatch, installed, cho
     import mountctl.backends
 
     # Which programs are on PATH is a path lookup, not a component: answer it from the case.
-    monkeypatch.setattr(mountctl.backends.shutil, "which",
+    monkeypatch.setattr(mountctl.backends, "find_program",
                         lambda program: f"/usr/bin/{program}" if program in installed else None)
     assert choose_backend("auto").name == chosen
 
@@ -111,7 +110,7 @@ def test_auto_prefers_mount_s3_then_s3fs_then_rclone(monkeypatch, installed, cho
 def test_auto_without_any_program_names_all_three(monkeypatch):
     import mountctl.backends
 
-    monkeypatch.setattr(mountctl.backends.shutil, "which", lambda program: None)
+    monkeypatch.setattr(mountctl.backends, "find_program", lambda program: None)
     with pytest.raises(BackendNotFound, match="mount-s3, s3fs, rclone"):
         choose_backend("auto")
 

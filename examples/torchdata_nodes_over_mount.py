@@ -5,8 +5,8 @@
 
 Works on the shards ``resnet.py make`` writes.  ``ShardBatchNode`` reads them
 through a mountctl mount (the ``mountpoint`` kind; ``--source-kind s3io`` or
-``fsspec`` read the same samples without one), ``Prefetcher`` and ``PinMemory``
-are torchdata's own nodes, and ``Loader`` gives the state.  After every batch
+``fsspec`` read the same samples without one), ``Prefetcher`` and (on a CUDA
+machine) ``PinMemory`` are torchdata's own nodes, and ``Loader`` gives the state.  After every batch
 the loader's state and the samples seen so far go to ``--state`` (atomically),
 so a run killed at any point and started again with the same ``--state``
 trains every remaining sample once, with any ``--num-workers``.  Prints one
@@ -18,6 +18,7 @@ import argparse
 import json
 import os
 
+import torch
 from torchdata.nodes import Loader, PinMemory, Prefetcher
 
 from mountctl import resolve
@@ -50,7 +51,8 @@ def main() -> None:
 
     with open_source(args.source_kind, args.uri, settings) as source:
         node = ShardBatchNode(manifest, source, batch_size=args.batch_size, seed=0, num_workers=args.num_workers)
-        loader = Loader(PinMemory(Prefetcher(node, prefetch_factor=2)))
+        pipeline = Prefetcher(node, prefetch_factor=2)  # reads ahead in a thread; its state stays exact
+        loader = Loader(PinMemory(pipeline) if torch.cuda.is_available() else pipeline)
         if record["loader"] is not None:
             loader.load_state_dict(record["loader"])
         # One epoch: a state saved at its end would resume at the next epoch's start.

@@ -1,7 +1,7 @@
 """``ShardBatchNode`` under ``torchdata.nodes.Loader`` and ``ShardDataset`` under ``StatefulDataLoader``.
 
 Local shards (the same bytes ``resnet.py make`` writes) stand in for the mount: the node's state is
-arithmetic over the plan, which is what these tests check; tests/test_torchdata_nodes.py runs it over
+arithmetic over the plan, which is what these tests check; tests/test_torchdata_nodes.py runs the node over
 a real mount with a real kill.
 """
 
@@ -105,6 +105,7 @@ def test_a_state_saved_under_another_seed_is_refused(local):
         next(iter(other))
 
 
+@pytest.mark.filterwarnings("ignore:'set_vital' is deprecated")  # torchdata 0.11 calls it itself
 @pytest.mark.parametrize("workers", [0, 2])
 def test_shard_dataset_resumes_under_stateful_dataloader_on_the_same_layout(local, workers):
     manifest, source = local

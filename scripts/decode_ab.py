@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
-"""JPEG decode rate, one thread: TorchCodec vs torchvision (and Pillow, the worker path), alternating, medians.
+"""JPEG decode rate, one thread: TorchCodec vs torchvision, Pillow and mountctl's CPU path, alternating, medians.
 
     flock -w 1500 /tmp/mountctl-heavy.lock .venv/bin/python scripts/decode_ab.py [--sizes 224,64 --count 500 --rounds 5]
 
 The images are the dataset's own synthetic JPEGs (``synthetic.sample_jpeg``), decoded to uint8 RGB
-CHW tensors at their stored size.  The numbers behind the decode choice in BENCHMARKS.md.
+CHW tensors at their stored size.  "mountctl cpu path" is ``shards.decode`` as the DataLoader workers
+run it (Pillow reads the header, TorchCodec decodes).  The numbers behind the decode choice in
+BENCHMARKS.md.
 """
 
 from __future__ import annotations
@@ -18,10 +20,11 @@ from collections.abc import Callable
 
 import torch
 
+from mountctl.pytorch.data import shards
 from mountctl.pytorch.data.synthetic import sample_jpeg
 
 
-def decoders() -> dict[str, Callable[[torch.Tensor], torch.Tensor]]:
+def decoders(size: int) -> dict[str, Callable[[torch.Tensor], torch.Tensor]]:
     import numpy as np
     from PIL import Image
     from torchcodec.decoders import decode_jpeg as codec_decode
@@ -32,9 +35,12 @@ def decoders() -> dict[str, Callable[[torch.Tensor], torch.Tensor]]:
         image = Image.open(io.BytesIO(data.numpy().tobytes())).convert("RGB")
         return torch.from_numpy(np.asarray(image).copy()).permute(2, 0, 1)
 
+    def cpu_path(data: torch.Tensor) -> torch.Tensor:
+        return shards.decode(shards.RawSample("k", 0, data.numpy().tobytes(), 0), size)[0]
+
     return {"torchcodec": lambda data: codec_decode(data, mode="RGB"),
             "torchvision": lambda data: vision_decode(data, mode=ImageReadMode.RGB),
-            "pillow": pillow}
+            "pillow": pillow, "mountctl cpu path": cpu_path}
 
 
 def main() -> None:
@@ -45,8 +51,8 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     warnings.filterwarnings("ignore", category=DeprecationWarning)  # torchvision's: what is being measured
-    ways = decoders()
     for size in (int(s) for s in args.sizes.split(",")):
+        ways = decoders(size)
         jpegs = [torch.frombuffer(bytearray(sample_jpeg(0, i, size, 1000)[0]), dtype=torch.uint8)
                  for i in range(args.count)]
         reference = [ways["torchvision"](j) for j in jpegs[:20]]

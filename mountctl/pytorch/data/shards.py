@@ -18,7 +18,7 @@ from typing import Any, BinaryIO
 
 import torch
 
-from mountctl.pytorch.data.jpeg import DECODE_ERRORS, decode_jpeg
+from mountctl.pytorch.data.jpeg import DECODE_ERRORS, decode_jpeg, jpeg_frame
 from mountctl.pytorch.errors import DatasetError, TruncatedShard
 
 __all__ = ["RawSample", "read_shard", "decode", "reordered", "batched", "IMAGE_EXTENSIONS"]
@@ -97,15 +97,15 @@ def decode(sample: RawSample, image_size: int) -> tuple[torch.Tensor, int, int]:
     rate (BENCHMARKS.md, "JPEG decoding").  Anything else goes through Pillow,
     whose ``draft`` lets a large JPEG decode straight to a smaller scale, then a
     resize (shorter side) and a centre crop; Pillow also reads PNG and WebP.
-    Reading the header to choose costs under a tenth of a decode.
+    The choice reads only the JPEG's frame header (``jpeg_frame``).
     """
     import numpy as np
     from PIL import Image
 
     try:
-        opened = Image.open(io.BytesIO(sample.image))
-        if opened.format == "JPEG" and opened.mode == "RGB" and opened.size == (image_size, image_size):
+        if jpeg_frame(sample.image) == (image_size, image_size, 3):
             return decode_jpeg(sample.image), sample.label, sample.index
+        opened = Image.open(io.BytesIO(sample.image))
         opened.draft("RGB", (image_size, image_size))
         image = opened.convert("RGB")
     except (OSError, SyntaxError, ValueError, *DECODE_ERRORS) as exc:  # what Pillow and TorchCodec raise

@@ -29,13 +29,14 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from lightning.fabric.plugins.io.checkpoint_io import CheckpointIO
+from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 
 from mountctl import BACKEND_NAMES, MountctlError, MountHandle, S3Settings, mount, parse_s3_uri
 from mountctl.pytorch.errors import CheckpointError
 from mountctl.s3 import ensure_bucket, object_size, short_client
 
-__all__ = ["ROUTE_PREFIXES", "Route", "route_for", "s3io_plugin", "FsspecCheckpointIO", "MountCheckpointIO", "serialize",
-           "deserialize"]
+__all__ = ["ROUTE_PREFIXES", "Route", "route_for", "s3io_plugin", "FsspecCheckpointIO", "MountCheckpointIO", "PathCheckpointIO",
+           "serialize", "deserialize", "unreadable"]
 
 FSSPEC = "fsspec+s3://"
 MOUNT = "mount://"
@@ -52,11 +53,31 @@ def serialize(state: dict[str, Any]) -> bytes:
     return buffer.getvalue()
 
 
-def deserialize(data: bytes, map_location: Any = None, weights_only: bool | None = None) -> dict[str, Any]:
+def deserialize(data: bytes, map_location: Any = None, weights_only: bool | None = None, *, where: str = ""
+                ) -> dict[str, Any]:
+    """A checkpoint's bytes as its state, loaded with ``weights_only=True`` whatever the caller asked.
+
+    Loading with ``weights_only=False`` runs whatever code the file names, so it is never done (torch's own
+    error for a file it cannot load suggests it; ours says what to do instead).  Anything torch.load raises
+    on these bytes means the file is no whole checkpoint: one ``CheckpointError`` naming ``where``.
+    """
     import torch
 
-    loaded: dict[str, Any] = torch.load(io.BytesIO(data), map_location=map_location, weights_only=weights_only)
+    del weights_only  # always True: a checkpoint from `resnet.py train` holds only tensors and plain types
+    try:
+        loaded = torch.load(io.BytesIO(data), map_location=map_location, weights_only=True)
+    except Exception as exc:  # noqa: BLE001  # unpickling, zip and tensor errors all mean the same here
+        raise unreadable(where or "the checkpoint", f"{type(exc).__name__}, {len(data)} bytes") from None
+    if not isinstance(loaded, dict):
+        raise unreadable(where or "the checkpoint", f"holds a {type(loaded).__name__}, not a checkpoint dict")
     return loaded
+
+
+def unreadable(where: str, why: str) -> CheckpointError:
+    """The one message for a checkpoint that exists but cannot be loaded safely."""
+    return CheckpointError(f"checkpoint {where} is unreadable ({why}): it is not a whole checkpoint written by "
+                           "`resnet.py train`. Move it aside (rename or delete it) and run without --resume to "
+                           "start afresh, or resume from another --checkpoint-dir")
 
 
 @dataclass(frozen=True)
@@ -142,13 +163,28 @@ def s3io_plugin(settings: S3Settings, *, retry_for_s: float = 60.0) -> Checkpoin
 
         def load_checkpoint(self, path: Any, map_location: Any = None, weights_only: bool | None = None
                             ) -> dict[str, Any]:
-            loaded: dict[str, Any] = _retrying(
-                f"loading checkpoint {path} through s3torchconnector",
-                lambda: super(S3ioCheckpointIO, self).load_checkpoint(path, map_location, weights_only),
-                retry_for_s=retry_for_s, retry_on=failures)
-            return loaded
+            # Fetch (retried) and decode (once, safely) apart: a corrupt object is no connection failure.
+            bucket, _, key = str(path).removeprefix("s3://").partition("/")
+            data: bytes = _retrying(f"loading checkpoint {path} through s3torchconnector",
+                                    lambda: self._client.get_object(bucket, key).read(),
+                                    retry_for_s=retry_for_s, retry_on=failures)
+            return deserialize(data, map_location, weights_only, where=str(path))
 
     return S3ioCheckpointIO(**settings.s3torch_options())
+
+
+class PathCheckpointIO(TorchCheckpointIO):
+    """Lightning's own route for a path, with the load made safe and its failure named (``deserialize``)."""
+
+    def load_checkpoint(self, path: Any, map_location: Any = None, weights_only: bool | None = None
+                        ) -> dict[str, Any]:
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except OSError as exc:
+            raise CheckpointError(f"loading checkpoint {path} failed: {exc.strerror or exc}; check the "
+                                  "--checkpoint-dir") from None
+        return deserialize(data, map_location, weights_only, where=str(path))
 
 
 class FsspecCheckpointIO(CheckpointIO):
@@ -186,7 +222,7 @@ class FsspecCheckpointIO(CheckpointIO):
         key = self._key(path)
         data = _retrying(f"loading checkpoint s3://{key} through fsspec", lambda: self.fs.cat_file(key),
                          retry_for_s=self.retry_for_s)
-        return deserialize(data, map_location, weights_only)
+        return deserialize(data, map_location, weights_only, where=str(path))
 
     def remove_checkpoint(self, path: Any) -> None:
         with contextlib.suppress(FileNotFoundError):
@@ -255,7 +291,7 @@ class MountCheckpointIO(CheckpointIO):
         except OSError as exc:
             raise CheckpointError(f"loading checkpoint {path} through the {self.handle.backend} mount failed: "
                                   f"{exc.strerror or exc}") from None
-        return deserialize(data, map_location, weights_only)
+        return deserialize(data, map_location, weights_only, where=str(path))
 
     def remove_checkpoint(self, path: Any) -> None:
         with contextlib.suppress(FileNotFoundError):

@@ -103,17 +103,23 @@ class EpochLoader(DataLoader):
     Workers take their copy of the dataset when they start, so starting them at the
     first ``next()`` (when ``epoch_fn()``, e.g. ``trainer.current_epoch``, is the
     epoch being run) gives every epoch, resumed ones included, its own shuffle.
+    The epoch goes to the batch sampler when it has ``set_epoch`` (map-style,
+    ``ExactlyOnceBatchSampler``), else to the dataset (``ShardDataset``, which
+    batches itself).
     """
 
-    def __init__(self, dataset: ShardDataset, *, epoch_fn: Callable[[], int], **kwargs: Any) -> None:
-        super().__init__(dataset, batch_size=None, **kwargs)
+    def __init__(self, dataset: Any, *, epoch_fn: Callable[[], int], **kwargs: Any) -> None:
+        if "batch_sampler" not in kwargs:
+            kwargs["batch_size"] = None  # ShardDataset yields whole batches
+        super().__init__(dataset, **kwargs)
         self._epoch_fn = epoch_fn
 
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]  # batches, not a loader iterator
         return _StartOnFirstBatch(self)
 
     def _start(self) -> Iterator[Any]:
-        self.dataset.set_epoch(int(self._epoch_fn()))  # type: ignore[attr-defined]
+        holder = self.batch_sampler if hasattr(self.batch_sampler, "set_epoch") else self.dataset
+        holder.set_epoch(int(self._epoch_fn()))  # type: ignore[union-attr]
         return super().__iter__()
 
 

@@ -59,12 +59,13 @@ class SampleRef:
     cls_at: int = 0  # where the .cls bytes start within the range
     cls_size: int = 0
     crc32: int | None = None
+    key: str = ""  # what --sample-log names it by: the object key, or SHARD#N for the N-th sample of a shard
 
 
 def _refs_of(manifest: Manifest, uri: str) -> tuple[list[str], list[SampleRef]]:
     if manifest.layout == "files":
         return ([f.key for f in manifest.files],
-                [SampleRef(i, i, f.label, jpg_size=f.bytes) for i, f in enumerate(manifest.files)])
+                [SampleRef(i, i, f.label, jpg_size=f.bytes, key=f.key) for i, f in enumerate(manifest.files)])
     if not manifest.indexed:
         raise DatasetError(f"{uri}{MANIFEST_NAME} has no tar index, which random access into its shards needs "
                            f"(it was written before the index existed); add one without re-uploading the shards: "
@@ -73,7 +74,7 @@ def _refs_of(manifest: Manifest, uri: str) -> tuple[list[str], list[SampleRef]]:
     for j, shard in enumerate(manifest.shards):
         for k, (jpg_at, jpg_size, cls_at, cls_size, crc) in enumerate(shard.members or ()):
             refs.append(SampleRef(shard.first_index + k, j, -1, jpg_at, cls_at + cls_size - jpg_at, jpg_size,
-                                  cls_at - jpg_at, cls_size, crc))
+                                  cls_at - jpg_at, cls_size, crc, f"{shard.name}#{k}"))
     return [s.name for s in manifest.shards], refs
 
 
@@ -122,6 +123,11 @@ class MapSampleDataset(Dataset):
     @property
     def targets(self) -> list[int]:
         return [r.label for r in self.refs]
+
+    @property
+    def keys(self) -> list[str]:
+        """Each sample's key by index: the object's key, or ``SHARD#N`` for a sample inside a shard."""
+        return [r.key or self.names[r.container] for r in self.refs]
 
     def __len__(self) -> int:
         return len(self.refs)

@@ -31,7 +31,7 @@ from torch.utils.data import Dataset
 
 from mountctl.pytorch.data.manifest import MANIFEST_NAME, Manifest
 from mountctl.pytorch.data.shards import IMAGE_EXTENSIONS, RawSample, decode
-from mountctl.pytorch.errors import DatasetError
+from mountctl.pytorch.errors import DatasetError, remake_hint
 
 __all__ = ["MapSampleDataset", "SampleRef", "ObjectReader", "image_folder", "collate", "FETCH_TIMEOUT_S",
            "JPEG_MAGIC"]
@@ -148,8 +148,8 @@ class MapSampleDataset(Dataset):
             missing = isinstance(exc, FileNotFoundError) or any(
                 word in text for word in ("NoSuchKey", "Not Found", "not found", "does not exist", "404"))
             if missing:
-                raise DatasetError(f"object {self.uri}{name} listed in {MANIFEST_NAME} is missing: re-run "
-                                   f"`python resnet.py make {self.uri} ...` with the original arguments") from None
+                raise DatasetError(f"object {self.uri}{name} listed in {MANIFEST_NAME} is missing: "
+                                   f"{remake_hint(self.uri)}") from None
             raise DatasetError(f"reading object {self.uri}{name} failed: {text}") from None
         if ref.length is not None and len(data) != ref.length:
             raise DatasetError(f"the tar index of shard {self.uri}{name} does not match the shard: sample "

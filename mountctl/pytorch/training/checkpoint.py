@@ -35,7 +35,9 @@ class CheckpointTarget:
         if route is not None:
             return RoutedTarget(route.location)
         if "://" in location:
-            raise CheckpointError(f"checkpoint location {location!r} is neither s3://bucket/prefix/ nor a path")
+            raise CheckpointError(f"checkpoint location {location!r} is not one --checkpoint-dir understands: write "
+                                  "s3://bucket/prefix/, fsspec+s3://bucket/prefix/, mount://bucket/prefix/ (or "
+                                  "mount+PROGRAM://bucket/prefix/) or a local path")
         return cls(os.path.abspath(os.path.expanduser(location)))
 
     @property

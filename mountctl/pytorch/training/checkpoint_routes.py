@@ -9,9 +9,9 @@
 - ``mount://bucket/prefix/`` (or ``mount+rclone://``, ``mount+s3fs://``,
   ``mount+mount-s3://`` to pick the program): the prefix mounted read-write
   with mountctl for the run; a save is one sequential write of the final name,
-  the one write pattern every mount program supports.  No rename: mount-s3
-  cannot rename, and the mount programs upload a file when it is closed, so
-  S3 holds either the earlier object or the complete new one.
+  the one write pattern every mount program supports.  mount-s3 can neither
+  rename nor overwrite: there each save is a new version beside the last one,
+  and the older versions go only once it is whole (``versioned.py``).
 
 Each save serializes to memory first, so only the transfer can fail half-way;
 when it does, the partial file is removed and the error says so: a later
@@ -33,7 +33,8 @@ from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 
 from mountctl import BACKEND_NAMES, MountctlError, MountHandle, S3Settings, mount, parse_s3_uri
 from mountctl.pytorch.errors import CheckpointError
-from mountctl.s3 import ensure_bucket, object_size, short_client
+from mountctl.pytorch.training.versioned import newest_whole, save_versioned, whole_versions
+from mountctl.s3 import ensure_bucket, list_object_sizes, object_size, short_client
 
 __all__ = ["ROUTE_PREFIXES", "Route", "route_for", "s3io_plugin", "FsspecCheckpointIO", "MountCheckpointIO", "PathCheckpointIO",
            "serialize", "deserialize", "unreadable"]
@@ -96,6 +97,9 @@ class Route:
 
     def has(self, settings: S3Settings, name: str) -> bool:
         location = parse_s3_uri(self.s3_uri)
+        if self.name == "mount":  # a mount-s3 route keeps versions of the name (versioned.py)
+            return bool(whole_versions(list_object_sizes(short_client(settings), location.bucket, location.prefix),
+                                       name))
         return object_size(short_client(settings), location.bucket, location.prefix + name) is not None
 
     def plugin(self, settings: S3Settings) -> CheckpointIO:
@@ -268,15 +272,17 @@ class MountCheckpointIO(CheckpointIO):
     def save_checkpoint(self, checkpoint: dict[str, Any], path: Any, storage_options: Any = None) -> None:
         data = memoryview(serialize(checkpoint))
         final = self.local_path(path)
-        if self.handle.backend == "mount-s3" and os.path.exists(final):
-            os.unlink(final)  # mount-s3 writes new objects only; it can neither overwrite nor rename
         try:
+            if self.handle.backend == "mount-s3":  # new files only: a new version, then the old ones go
+                save_versioned(os.path.dirname(final), os.path.basename(final), data)
+                return
             with open(final, "wb") as f:  # sequential writes; the program uploads on close
                 for start in range(0, len(data), _CHUNK):
                     f.write(data[start:start + _CHUNK])
         except OSError as exc:
             with contextlib.suppress(OSError):
-                os.unlink(final)
+                if self.handle.backend != "mount-s3":  # save_versioned removed its own partial file
+                    os.unlink(final)
             raise CheckpointError(f"saving checkpoint {path} through the {self.handle.backend} mount failed: "
                                   f"{exc.strerror or exc}; the partial file was removed, so --resume will not "
                                   "pick it up. Check the mount (`mountctl status`) and the bucket, then run again"
@@ -286,6 +292,7 @@ class MountCheckpointIO(CheckpointIO):
                         ) -> dict[str, Any]:
         local = self.local_path(path)
         try:
+            local = newest_whole(os.path.dirname(local), os.path.basename(local)) or local  # mount-s3's versions
             with open(local, "rb") as f:  # one sequential read: random reads are slow on some programs
                 data = f.read()
         except OSError as exc:

@@ -63,3 +63,19 @@ def test_resume_from_a_corrupt_last_ckpt_prints_one_line_and_no_unsafe_advice(ro
     assert len(lines) == 1 and "last.ckpt is unreadable" in lines[0] and "Move it aside" in lines[0], done.stderr
     assert "weights_only" not in done.stderr and "arbitrary code" not in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_dcp_to_s3_goes_to_the_settings_endpoint_not_only_the_environment(s3_env, s3, bucket, monkeypatch):
+    """Settings that name the endpoint explicitly (no AWS_ENDPOINT_URL in the environment) reach DCP's client."""
+    import torch
+
+    from mountctl.pytorch.training import dcp
+
+    for name in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"):
+        monkeypatch.delenv(name, raising=False)
+    where = f"s3://{bucket}/dcp-endpoint/"
+    dcp.save({"w": torch.arange(6.0)}, where, s3_env)
+    state = {"w": torch.zeros(6)}
+    dcp.load(state, where, s3_env)
+    assert torch.equal(state["w"], torch.arange(6.0))
+    assert "dcp-endpoint/.metadata" in {o["Key"] for o in s3.list_objects_v2(Bucket=bucket)["Contents"]}

@@ -134,6 +134,7 @@ class MapDataModule(_PositionedDataModule):
         self.pin_memory = pin_memory
         self.readahead_threads = readahead_threads
         self._keys: list[str] = []
+        self._dataset: Any = None  # this epoch's; its reader's descriptors are given back when it is replaced
 
     def train_dataloader(self) -> EpochLoader:
         from mountctl.pytorch.data.mapsampler import ExactlyOnceBatchSampler
@@ -143,7 +144,8 @@ class MapDataModule(_PositionedDataModule):
         assert trainer is not None, "train_dataloader() is called by a Trainer"
         dataset = MapSampleDataset.from_manifest(self.manifest, self.source, self.uri,
                                                  readahead_threads=self.readahead_threads)
-        self._keys = dataset.keys
+        self._close_dataset()
+        self._dataset, self._keys = dataset, dataset.keys
         sampler = ExactlyOnceBatchSampler(len(dataset), batch_size=self.batch_size, world_size=trainer.world_size,
                                           rank=trainer.global_rank, seed=self.seed)
         self._resume_walker(sampler)
@@ -151,6 +153,15 @@ class MapDataModule(_PositionedDataModule):
         return EpochLoader(dataset, epoch_fn=self._begin_epoch, batch_sampler=sampler, collate_fn=collate,
                            num_workers=self.num_workers, pin_memory=self.pin_memory, persistent_workers=False,
                            **extra)
+
+    def _close_dataset(self) -> None:
+        close = getattr(getattr(self._dataset, "reader", None), "close", None)
+        if close is not None:
+            close()
+        self._dataset = None
+
+    def teardown(self, stage: str) -> None:
+        self._close_dataset()  # before the source (a mount) is released
 
     def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
         if isinstance(batch, dict) and "keys" not in batch and self._keys:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, BinaryIO
@@ -19,7 +20,10 @@ __all__ = ["MountpointSource", "mountpoint_source", "FileReader", "add_mountpoin
 class FileReader(PerProcessState):
     """Map-style reads of files under ``root`` (a mount or a local directory): whole, or ``pread`` of a range.
 
-    Range reads keep one descriptor per file per process; threads share it (``pread`` has no file position).
+    Range reads keep one descriptor per file per process; threads share it (``pread`` has no file position),
+    and a lock makes sure two threads never both open one.  ``close`` gives them back: the map-style
+    datamodule calls it when an epoch's dataset is replaced and when training ends, so a process reading
+    without workers neither gathers a descriptor per shard per epoch nor holds the mount busy at unmount.
     """
 
     root: str
@@ -28,23 +32,29 @@ class FileReader(PerProcessState):
     def __post_init__(self) -> None:
         self._fds: dict[int, int] = {}
         self._pid = os.getpid()
+        self._lock = threading.Lock()
 
     def read(self, j: int, offset: int | None = None, length: int | None = None) -> bytes:
         path = os.path.join(self.root, self.names[j])
         if offset is None or length is None:
             with open(path, "rb") as f:
                 return f.read()
-        if self._pid != os.getpid():  # descriptors of the parent are not ours to share after fork
-            self._fds, self._pid = {}, os.getpid()
-        fd = self._fds.get(j)
-        if fd is None:
-            fd = self._fds.setdefault(j, os.open(path, os.O_RDONLY | os.O_CLOEXEC))
+        with self._lock:
+            if self._pid != os.getpid():  # descriptors of the parent are not ours to share after fork
+                self._fds, self._pid = {}, os.getpid()
+            fd = self._fds.get(j)
+            if fd is None:
+                fd = self._fds[j] = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         return os.pread(fd, length, offset)
 
     def close(self) -> None:
-        for fd in self._fds.values():
-            os.close(fd)
-        self._fds = {}
+        with self._lock:
+            fds, self._fds = self._fds, {}
+            if self._pid != os.getpid():
+                return  # the parent's descriptors, copied by fork: closing them here would not free the parent's
+        for fd in fds.values():
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
 
 @dataclass(frozen=True)

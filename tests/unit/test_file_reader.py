@@ -76,3 +76,34 @@ def test_map_datamodule_gives_each_epochs_descriptors_back_and_none_at_teardown(
         assert len(open_fds_under(str(tmp_path))) <= 3, "the previous epoch's descriptors were not given back"
     module.teardown("fit")
     assert open_fds_under(str(tmp_path)) == []
+
+
+def test_mount_cache_is_sized_from_the_manifest_total_with_no_list(tmp_path, monkeypatch):
+    """The files layout's objects sit under train/<class>/, which a delimited LIST of the prefix never sees;
+    the manifest holds the total.  Stand-ins: the mount (only the options it is asked for matter here) and a
+    LIST that fails if made."""
+    import contextlib
+    from types import SimpleNamespace
+
+    import mountctl
+    from mountctl.cache import cache_bound_mb, free_mb
+    from mountctl.pytorch.data.sources import mountpoint
+
+    asked = {}
+
+    @contextlib.contextmanager
+    def mount(uri, mount_dir, **options):
+        asked.update(options)
+        yield SimpleNamespace(path=str(tmp_path), backend="rclone", pid=None)
+
+    def no_list(*args, **kwargs):
+        raise AssertionError("the dataset's size is in the manifest: no LIST")
+
+    monkeypatch.setattr(mountctl, "mount", mount)
+    monkeypatch.setattr(mountpoint.s3, "list_object_sizes", no_list)
+    total = 3 << 30  # a 3 GiB files-layout dataset
+    with mountpoint.mountpoint_source("s3://bkt/files/", mountctl.resolve(), cache_dir=str(tmp_path),
+                                      dataset_bytes=total) as source:
+        assert source.cache_size_mb == asked["cache_size_mb"]
+    assert asked["cache_size_mb"] == cache_bound_mb(total, free_mb(str(tmp_path)) << 20)
+    assert asked["cache_size_mb"] > 257 or free_mb(str(tmp_path)) < 1024  # not the manifest.json-only size

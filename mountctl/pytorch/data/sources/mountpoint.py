@@ -106,23 +106,27 @@ class MountpointSource:
 @contextlib.contextmanager
 def mountpoint_source(uri: str, settings: S3Settings, *, backend: str = "auto", mount_dir: str | None = None,
                       cache: bool = True, cache_dir: str | None = None, cache_size_mb: int | None = None,
-                      read_ahead: bool = False, shards_ahead: int = 2, **_: Any) -> Iterator[MountpointSource]:
+                      read_ahead: bool = False, shards_ahead: int = 2, dataset_bytes: int | None = None, **_: Any
+                      ) -> Iterator[MountpointSource]:
     """Mount ``uri`` read-only for the run; ranks on one node share the one mount.
 
     The mount program gets exactly ``settings`` (endpoint, region, credentials), so this
     route reads what the other kinds read; ranks making the same request share one mount.
     With ``cache`` (the default) the program keeps what it read on the node's disk
-    (``$MOUNTCTL_HOME/cache`` or ``cache_dir``; size: the prefix's bytes, at most half the
+    (``$MOUNTCTL_HOME/cache`` or ``cache_dir``; size: ``dataset_bytes``, at most half the
     free disk, or ``cache_size_mb``) for the mount's lifetime, and with ``read_ahead`` (off by
-    default) each reader warms its next ``shards_ahead`` shards into it.
+    default) each reader warms its next ``shards_ahead`` shards into it.  Pass ``dataset_bytes``
+    from the manifest: without it the size is one LIST of the objects directly under the prefix,
+    which misses the files layout's ``train/<class>/`` objects.
     """
     import mountctl
 
     location = parse_s3_uri(uri)
     options: dict[str, Any] = {}
     if cache:
-        dataset_bytes = sum(s3.list_object_sizes(s3.short_client(settings), location.bucket,
-                                                 location.prefix).values())
+        if dataset_bytes is None:
+            dataset_bytes = sum(s3.list_object_sizes(s3.short_client(settings), location.bucket,
+                                                     location.prefix).values())
         options = mountctl.cache_options(dataset_bytes, cache_dir, cache_size_mb)
     with mountctl.mount(uri, mount_dir, backend=backend, settings=settings, **options) as mounted:
         record = None

@@ -232,6 +232,13 @@ class FsspecCheckpointIO(CheckpointIO):
         with contextlib.suppress(FileNotFoundError):
             self.fs.rm_file(self._key(path))
 
+    def teardown(self) -> None:
+        from mountctl.pytorch.data.sources.fsspec_s3 import close_filesystem
+
+        if self._fs is not None:
+            close_filesystem(self._fs)
+        self._fs = None
+
 
 class MountCheckpointIO(CheckpointIO):
     """Lightning's CheckpointIO through a read-write mountctl mount of the prefix, held for the run.

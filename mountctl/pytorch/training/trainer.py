@@ -19,6 +19,7 @@ from mountctl.pytorch.data.device_decode import resolve_decode
 from mountctl.pytorch.data.manifest import check_shards_present, load_manifest
 from mountctl.pytorch.data.sources import check_source_choice, open_source
 from mountctl.pytorch.notices import quiet_known_notices
+from mountctl.pytorch.worker_tmp import worker_tempdir
 
 __all__ = ["TrainConfig", "train", "default_precision", "precision_rule", "cpu_flags", "default_num_workers", "ARCHITECTURES",
            "check_writable_file"]
@@ -267,7 +268,8 @@ def train(config: TrainConfig, *, settings: S3Settings | None = None, out: TextI
     quiet_known_notices()
     lightning.seed_everything(config.seed, verbose=False)
 
-    with open_source(config.source_kind, config.uri, settings, backend=config.backend, mount_dir=config.mount_dir,
+    # worker_tempdir: the DataLoader workers' pymp-* directories are one, and removed even when a run is cut short.
+    with worker_tempdir(), open_source(config.source_kind, config.uri, settings, backend=config.backend, mount_dir=config.mount_dir,
                      cache=config.cache, cache_dir=config.cache_dir, cache_size_mb=config.cache_size_mb,
                      read_ahead=config.read_ahead, dataset_bytes=manifest.total_bytes) as source:
         monitor = ThroughputMonitor(manifest.num_images, warmup_batches=config.warmup_batches)

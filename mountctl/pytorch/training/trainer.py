@@ -87,13 +87,17 @@ def check_writable_file(path: str, flag: str) -> None:
         raise InvalidSpec(f"{flag} {path}: its directory {parent} {what}; create it or choose another path")
     if os.path.isdir(where):
         raise InvalidSpec(f"{flag} {path} is a directory; give a file name in it, e.g. {os.path.join(path, 'x.log')}")
-    existed = os.path.exists(where)
+    created = False
     try:
-        with open(where, "a" if existed else "x", encoding="utf-8"):
-            pass
+        try:
+            with open(where, "x", encoding="utf-8"):
+                created = True
+        except FileExistsError:  # there already (or another rank's check made it a moment ago): left as it is
+            with open(where, "a", encoding="utf-8"):
+                pass
     except OSError as exc:
         raise InvalidSpec(f"{flag} {path} cannot be written ({exc.strerror}); choose a writable path") from None
-    if not existed:
+    if created:
         os.unlink(where)
 
 

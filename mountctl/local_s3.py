@@ -29,6 +29,8 @@ from . import paths
 from .errors import LocalS3Error
 from .logs import tail
 from .paths import write_private_json
+from .ports import GRPC_OFFSET as _GRPC_OFFSET
+from .ports import ephemeral_range, free_port, port_candidates, port_free
 from .programs import find_program
 from .redaction import remember_secret
 from .s3 import DEFAULT_REGION, S3Settings
@@ -38,10 +40,8 @@ __all__ = ["LocalS3", "LocalS3Status", "DEFAULT_BUCKET", "sweep_stray_server_fil
 
 DEFAULT_BUCKET = "mountctl"
 REGION = DEFAULT_REGION
-# weed's components, each with an HTTP port; every gRPC port is HTTP + 10000, the
-# offset SeaweedFS's own worker assumes when it dials the admin server.
+# weed's components, each with an HTTP port; every gRPC port is HTTP + _GRPC_OFFSET.
 _COMPONENTS = ("master", "volume", "filer", "s3", "admin")
-_GRPC_OFFSET = 10000
 # Caps on the server's logs: weed rotates its own files in logs/ (per severity), and
 # weed.log (its stdout/stderr) is moved to weed.log.1 at a start once it is this big.
 _LOG_MAX_FILES = 3
@@ -59,16 +59,6 @@ class LocalS3Status:
     def to_dict(self) -> dict[str, Any]:
         return {"running": self.running, "endpoint": self.endpoint_url, "pid": self.pid,
                 "home": self.home, "log": self.log_path}
-
-
-def _port_free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
 
 
 def _weed_running(pid: int) -> bool:
@@ -137,38 +127,12 @@ def sweep_stray_server_files(tmp_dir: str | None = None) -> list[str]:
     return removed
 
 
-def _ephemeral_range(path: str = "/proc/sys/net/ipv4/ip_local_port_range") -> tuple[int, int]:
-    try:
-        with open(path) as f:
-            low, high = (int(x) for x in f.read().split())
-        return low, high
-    except (OSError, ValueError):
-        return 32768, 60999  # Linux's default
-
-
-def port_candidates(ephemeral: tuple[int, int]) -> range:
-    """Ports P for which neither P nor P + 10000 lies in the kernel's ephemeral range.
-
-    An outgoing connection (a mount program talking to S3, say) takes its local port from
-    that range; a server port there can be taken between a stop and the restart that
-    reuses it, and the restart then fails with "address already in use".
-    """
-    low, high = ephemeral
-    if low - _GRPC_OFFSET > 10000:
-        return range(10000, low - _GRPC_OFFSET)  # both ports below the range
-    if high + 1 <= 65535 - _GRPC_OFFSET:
-        return range(high + 1, 65536 - _GRPC_OFFSET)  # both ports above it
-    return range(20000, 55536 - _GRPC_OFFSET)  # no room outside it: take our chances
-
-
 def _free_port_pair() -> int:
     """A port P such that P and P + 10000 are both free on 127.0.0.1, outside the ephemeral range."""
-    candidates = port_candidates(_ephemeral_range())
-    for _ in range(200):
-        port = candidates[secrets.randbelow(len(candidates))]
-        if _port_free(port) and _port_free(port + _GRPC_OFFSET):
-            return port
-    raise LocalS3Error("found no free pair of ports on 127.0.0.1 for the local S3 server; free some ports")
+    try:
+        return free_port((0, _GRPC_OFFSET), what="the local S3 server")
+    except OSError as exc:
+        raise LocalS3Error(str(exc)) from None
 
 
 class LocalS3:
@@ -315,8 +279,8 @@ class LocalS3:
         for component in _COMPONENTS:
             # Keep the endpoint stable across restarts when the old port is still free.
             port = previous.get(component)
-            reusable = port in port_candidates(_ephemeral_range()) if port else False
-            if not (reusable and _port_free(port) and _port_free(port + _GRPC_OFFSET) and port not in ports.values()):
+            reusable = port in port_candidates(ephemeral_range()) if port else False
+            if not (reusable and port_free(port) and port_free(port + _GRPC_OFFSET) and port not in ports.values()):
                 port = _free_port_pair()
                 while port in ports.values():
                     port = _free_port_pair()

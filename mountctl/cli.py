@@ -9,6 +9,7 @@ import shlex
 import sys
 import time
 
+from .argparsing import ArgumentParser
 from .errors import MountctlError
 from .redaction import redact
 
@@ -17,7 +18,7 @@ __all__ = ["main"]
 
 def _parser() -> argparse.ArgumentParser:
     formatter = argparse.RawDescriptionHelpFormatter
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="mountctl", formatter_class=formatter,
         description="Serve S3 to PyTorch loaders as plain files through supervised FUSE mounts.",
         epilog="example:\n  mountctl local-s3 start && eval \"$(mountctl local-s3 env)\"\n"

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pathlib
-import tomllib
 
 import pytest
+import tomllib
 
 import mountctl
 from mountctl import ArgumentParser

@@ -71,7 +71,8 @@ class MountpointSource:
         try:
             for index, name in enumerate(names):
                 def still_exists(key: str = location.prefix + name) -> bool:
-                    return s3.object_size(s3.short_client(self.settings), location.bucket, key) is not None
+                    # raises while the store is unreachable: an outage is waited out, not called a deletion
+                    return s3.object_exists(s3.short_client(self.settings), location.bucket, key)
 
                 if warmer is not None:
                     warmer.at(index)

@@ -30,9 +30,10 @@ from ..processes import process_alive, process_identity
 from ..s3 import S3Settings, parse_s3_uri, resolve
 from ..spec import MountSpec
 from ..teardown import track, untrack
+from ..watchdog import WATCHDOG_INTERVAL_S
 from .registry import MountRecord, Registry
 
-__all__ = ["SharedMount", "acquire", "release", "request_unmount", "clear_abandoned", "default_mount_dir",
+__all__ = ["SharedMount", "acquire", "refuse_nested_records", "release", "request_unmount", "clear_abandoned", "default_mount_dir",
            "sharing_identity", "identity_differences", "RegistryGuard"]
 
 
@@ -150,7 +151,7 @@ def _recorded_error(record: MountRecord) -> MountctlError:
 
 
 def acquire(spec: MountSpec, *, settings: S3Settings | None = None, pinned: bool = False,
-            holder_pid: int | None = None, watchdog: bool = True, watchdog_interval_s: float = 2.0,
+            holder_pid: int | None = None, watchdog: bool = True, watchdog_interval_s: float = WATCHDOG_INTERVAL_S,
             registry: Registry | None = None) -> SharedMount:
     """Join the node's mount of ``spec`` (starting it if needed) and wait until it is ready."""
     registry = registry or Registry()
@@ -179,6 +180,7 @@ def acquire(spec: MountSpec, *, settings: S3Settings | None = None, pinned: bool
                                     pinned=record.pinned or pinned)
             registry.write(record)
         else:
+            refuse_nested_records(spec.mount_dir, registry)
             record = MountRecord(uri=spec.uri, mount_dir=spec.mount_dir, spec=spec.to_dict(), identity=identity,
                                  backend=None if spec.backend == "auto" else spec.backend,
                                  holders=(holder,) if holder else (), pinned=pinned, watchdog=watchdog,
@@ -195,6 +197,24 @@ def acquire(spec: MountSpec, *, settings: S3Settings | None = None, pinned: bool
         handle.release(wait=False)
         raise
     return handle
+
+
+def refuse_nested_records(mount_dir: str, registry: Registry) -> None:
+    """Refuse a directory inside a managed mount, or holding one, even one still starting (not yet mounted)."""
+    target = os.path.abspath(mount_dir).rstrip("/")
+    for record in registry.records():
+        other = os.path.abspath(record.mount_dir).rstrip("/")
+        if other == target or not process_alive(record.supervisor):
+            continue
+        if target.startswith(other + "/"):
+            where = f"is inside {other}, managed by mountctl for {record.uri}"
+        elif other.startswith(target + "/"):
+            where = f"holds {other}, managed by mountctl for {record.uri}"
+        else:
+            continue
+        raise errors.MountDirError(
+            f"mount directory {target} {where}; a mount nested in another dies when the outer one is unmounted: "
+            f"choose a directory outside it (or `mountctl unmount {other}` first)", mount_dir=target)
 
 
 def _spawn_supervisor(mount_dir: str, registry: Registry, settings: S3Settings) -> subprocess.Popen[bytes]:

@@ -79,6 +79,13 @@ def serve(mount_dir: str, registry: Registry | None = None) -> int:
         return 1
     try:
         while not stop.wait(POLL_S):
+            if mount.gone_reason:  # its directory vanished: end with the reason recorded, never retry
+                log.error("%s", mount.gone_reason)
+                registry.update(mount_dir, state="failed", last_error=mount.gone_reason,
+                                error={"type": "MountDirGone", "message": redact(mount.gone_reason)})
+                mount.stop()
+                _remove_when_waiters_left(registry, mount_dir, stop)
+                return 1
             if _nobody_holds(registry, mount_dir):
                 break
     finally:

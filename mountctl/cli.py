@@ -144,8 +144,10 @@ def _cmd_status(args: argparse.Namespace) -> int:
         since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(row["since"])) if row["since"] else "-"
         health = row["health"]
         latency = f" {health['latency_s'] * 1000:.0f}ms" if health.get("latency_s") else ""
+        cache = f"{row['cache']['cache_size_mb']}MiB" if row.get("cache") else "none"
         print(f"{row['dir']}  {row['uri']}  backend={row['backend']} pid={row['pid']} state={row['state']} "
-              f"health={health['state']}{latency} since={since} restarts={row['restarts']} holders={row['holders']}"
+              f"health={health['state']}{latency} since={since} restarts={row['restarts']} holders={row['holders']} "
+              f"cache={cache}"
               + (f"\n    last error: {row['last_error']}" if row["last_error"] else ""))
     return 0
 

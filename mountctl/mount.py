@@ -22,7 +22,7 @@ from typing import Any, Protocol
 
 from . import scratch
 from .backends import BACKENDS, Backend, choose_backend
-from .cache import prepare_mount_cache, remove_mount_cache
+from .cache import CachePlan, plan_cache, prepare_mount_cache, remove_mount_cache
 from .errors import AlreadyMounted, MountDirError, MountDirGone, MountFailed, MountTimeout, StaleMount
 from .fusectl import force_clear, unmount
 from .health import Health, mount_health
@@ -153,6 +153,8 @@ class Mount:
         self._child: subprocess.Popen[bytes] | None = None
         self._workdir: str | None = None
         self._cache: str | None = None  # this mount's own data cache directory, removed at stop
+        self._cache_plan: CachePlan | None = None  # the cache the program really runs with
+        self.cache_note = ""  # why that differs from what the spec asked ("" when it does not)
         self._created_dir = False
         self._preflight = preflight
         self._watchdog_enabled = watchdog
@@ -192,6 +194,15 @@ class Mount:
         return self._watchdog.last_error if self._watchdog is not None else ""
 
     @property
+    def cache(self) -> dict[str, Any] | None:
+        """The data cache the program runs with (None: none), which may differ from what the spec asked."""
+        plan = self._cache_plan
+        if plan is None:
+            return None
+        return {"cache_dir": self.spec.cache_dir, "cache_size_mb": plan.size_mb, "keep_free_mb": plan.keep_free_mb,
+                "path": self._cache}
+
+    @property
     def settings(self) -> S3Settings:
         if self._settings is None:
             self._settings = resolve(endpoint_url=self.spec.endpoint_url, region=self.spec.region)
@@ -226,6 +237,7 @@ class Mount:
                 if self.spec.cache_dir:
                     self._cache = prepare_mount_cache(self.spec.cache_dir, self.path)
                 self._workdir = scratch.make_workdir(self.path, cache_dir=self._cache)
+                self._plan_cache()
                 self._spawn_and_wait()
             except BaseException:
                 self._cleanup_files()
@@ -257,8 +269,13 @@ class Mount:
                     log.warning("stopping %s: %s failed: %r", self.path, step.__name__, exc)
                     failures.append(exc)
             if find_mount(self.path) is not None:
-                force_clear(self.path)
-            self.report("unmounted", "")
+                cleared = force_clear(self.path)
+                if not cleared.ok:
+                    failures.append(StaleMount(
+                        f"{self.path} is still mounted after stopping its program and a forced clear failed: "
+                        f"{cleared.message}; run `fusermount3 -uz {self.path}` or `umount -l {self.path}` as its "
+                        "owner", mount_dir=self.path))
+            self.report("unmounted" if not failures else "unmount-failed", redact(str(failures[0])) if failures else "")
             self._cleanup_files()
             untrack(self)
             if failures:
@@ -309,11 +326,27 @@ class Mount:
 
     # -- internals ----------------------------------------------------------------------
 
+    def _plan_cache(self) -> None:
+        """Decide the cache the program gets, and say so in one line when it is not what was asked."""
+        self._cache_plan = None
+        if not (self.spec.cache_dir or self.spec.cache_size_mb):
+            return
+        assert self._workdir is not None
+        plan, note = plan_cache(self.spec.cache_dir or self._workdir, self.spec.cache_size_mb)
+        self.cache_note = note
+        if note:
+            log.warning("%s: %s", self.path, note)
+        if plan is None:
+            remove_mount_cache(self._cache)
+            self._cache = None
+        self._cache_plan = plan
+
     def _spawn_and_wait(self) -> None:
         assert self._backend is not None and self._workdir is not None
         backend, spec = self._backend, self.spec
-        if self._cache is not None:  # the program gets this mount's own directory, not the shared parent
-            spec = spec.replace(cache_dir=self._cache)
+        plan = self._cache_plan
+        # The program gets this mount's own directory (not the shared parent) and the planned cap, or no cache.
+        spec = spec.replace(cache_dir=self._cache if plan else None, cache_size_mb=plan.size_mb if plan else None)
         argv = backend.command(spec, self.settings, self._workdir)
         env = backend.environment(spec, self.settings, self._workdir)
         log_path = self.log_path

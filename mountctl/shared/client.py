@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -35,6 +36,9 @@ from .registry import MountRecord, Registry
 
 __all__ = ["SharedMount", "acquire", "refuse_nested_records", "release", "request_unmount", "clear_abandoned", "default_mount_dir",
            "sharing_identity", "identity_differences", "RegistryGuard"]
+
+
+log = logging.getLogger("mountctl")
 
 
 def sharing_identity(spec: MountSpec, settings: S3Settings) -> dict[str, Any]:
@@ -100,6 +104,12 @@ class SharedMount:
         record = self.record()
         return record.restarts if record else 0
 
+    @property
+    def cache(self) -> dict[str, Any] | None:
+        """The data cache the program runs with (None: none), as its supervisor recorded it."""
+        record = self.record()
+        return record.cache if record else None
+
     def health(self, timeout_s: float | None = None) -> Health:
         record = self.record()
         backend = get_backend(record.backend) if record and record.backend else None
@@ -126,8 +136,15 @@ class SharedMount:
         return f"SharedMount({self.spec.uri!r} at {self.path!r}, backend={self.backend!r}, pid={self.pid})"
 
 
-def clear_abandoned(mount_dir: str, record: MountRecord | None, registry: Registry) -> None:
-    """Clean up after a supervisor that died: its mount program, its mount, its record.  Caller holds the lock."""
+def clear_abandoned(mount_dir: str, record: MountRecord | None, registry: Registry) -> bool:
+    """Clean up after a supervisor that died: its mount program, its mount, its record.  Caller holds the lock.
+
+    The liveness check is made here, under the caller's lock, on the record read under it:
+    a check made before taking the lock could clear a mount that started meanwhile.
+    Returns False (and clears nothing) when the record's supervisor is alive.
+    """
+    if record is not None and process_alive(record.supervisor):
+        return False
     if record is not None:
         if record.program_pid:
             import psutil
@@ -139,6 +156,7 @@ def clear_abandoned(mount_dir: str, record: MountRecord | None, registry: Regist
         registry.remove(mount_dir)
     if find_mount(mount_dir) is not None:
         force_clear(mount_dir)
+    return True
 
 
 def _recorded_error(record: MountRecord) -> MountctlError:
@@ -196,6 +214,9 @@ def acquire(spec: MountSpec, *, settings: S3Settings | None = None, pinned: bool
     except BaseException:
         handle.release(wait=False)
         raise
+    ready = registry.read(spec.mount_dir)
+    if ready is not None and ready.cache_note:  # the supervisor's log is not where the user looks
+        log.warning("%s: %s", spec.mount_dir, ready.cache_note)
     return handle
 
 

@@ -56,6 +56,8 @@ class MountRecord:
     log_path: str | None = None
     error: dict[str, str] | None = None
     stop_requested: bool = False
+    cache: dict[str, Any] | None = None  # the data cache the program runs with (None: none), not what was asked
+    cache_note: str = ""  # why that differs from the request
 
     def __post_init__(self) -> None:
         if self.state not in SHARED_STATES:

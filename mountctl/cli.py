@@ -12,6 +12,7 @@ import time
 from .argparsing import ArgumentParser
 from .errors import MountctlError
 from .redaction import redact
+from .spec import BACKEND_NAMES
 
 __all__ = ["main"]
 
@@ -35,7 +36,7 @@ def _parser() -> argparse.ArgumentParser:
         epilog="example:\n  mountctl mount s3://my-bucket/train/ /mnt/train --backend rclone --metadata-ttl 300")
     m.add_argument("uri", help="s3://bucket/ or s3://bucket/prefix/")
     m.add_argument("dir", help="mount directory (created if missing; must be empty)")
-    m.add_argument("--backend", default="auto", choices=["auto", "mount-s3", "rclone", "s3fs"],
+    m.add_argument("--backend", default="auto", choices=BACKEND_NAMES,
                    help="mount program; auto = mount-s3, else s3fs, else rclone, the order measured in BENCHMARKS.md (default: auto)")
     m.add_argument("--read-write", action="store_true", help="allow writes (default: read-only)")
     m.add_argument("--cache-dir", help="local cache directory (enables the program's data cache, in a private "

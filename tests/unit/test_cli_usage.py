@@ -42,3 +42,14 @@ def test_the_package_version_is_read_from_mountctl_itself():
     assert "version" not in project["project"] and "version" in project["project"]["dynamic"]
     assert project["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "mountctl.__version__"}
     assert mountctl.__version__ == "0.2.0"
+
+
+def test_backend_names_have_one_source():
+    from mountctl.backends import BACKENDS
+    from mountctl.cli import _parser
+    from mountctl.spec import BACKEND_NAMES
+
+    assert BACKEND_NAMES[0] == "auto" and set(BACKEND_NAMES[1:]) == set(BACKENDS)
+    mount = _parser()._subparsers._group_actions[0].choices["mount"]
+    backend = next(a for a in mount._actions if a.dest == "backend")
+    assert tuple(backend.choices) == BACKEND_NAMES

@@ -7,7 +7,6 @@ argparse exits 2 on a bad option; the README promises 1 for any error, so ``moun
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import NoReturn
 
 __all__ = ["ArgumentParser", "USAGE_ERROR"]
@@ -16,8 +15,7 @@ USAGE_ERROR = 1
 
 
 class ArgumentParser(argparse.ArgumentParser):
-    """argparse's parser with usage errors exiting ``USAGE_ERROR`` (1) instead of 2."""
+    """argparse's parser with a usage error printed as one line, exiting ``USAGE_ERROR`` (1) instead of 2."""
 
     def error(self, message: str) -> NoReturn:
-        self.print_usage(sys.stderr)
-        self.exit(USAGE_ERROR, f"{self.prog}: error: {message}\n")
+        self.exit(USAGE_ERROR, f"{self.prog}: error: {message} (see {self.prog} --help)\n")

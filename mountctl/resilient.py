@@ -9,6 +9,15 @@ lost, none repeated.  Nothing else is retried (not EAGAIN, not ETIMEDOUT).  A
 file that is really gone fails at once instead: ENOENT while its mount is in
 place, or, when the caller says how to ask S3 (``still_exists``), an object
 that S3 no longer has.
+
+An S3 outage looks the same from here (s3fs answers ENOENT or EIO while the store
+is down; rclone blocks the read), so "deleted" is said only when ``still_exists``
+gets an answer from the store saying the object is gone: an exception from it
+(the store unreachable) keeps the retry going.  An outage shorter than the bound
+(``outage_bound_s``: 120 s, or ``MOUNTCTL_OUTAGE_BOUND_S``) never fails a read.
+While a read is stalled for more than ``STALL_NOTICE_S`` one warning line says the
+store is not answering and the mount is retrying, and one line says when reads
+resumed (one pair per process and outage, however many files are open).
 """
 
 from __future__ import annotations
@@ -17,13 +26,15 @@ import errno
 import io
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 from .mounttable import covering_mount, find_mount
 
-__all__ = ["open_resilient", "ResilientReader", "RETRYABLE_ERRNOS"]
+__all__ = ["open_resilient", "ResilientReader", "RETRYABLE_ERRNOS", "outage_bound_s", "OUTAGE_BOUND_ENV",
+           "STALL_NOTICE_S"]
 
 log = logging.getLogger("mountctl")
 
@@ -32,20 +43,104 @@ RETRYABLE_ERRNOS = frozenset({errno.ENOTCONN, errno.ECONNABORTED, errno.EIO, err
 
 T = TypeVar("T")
 
+OUTAGE_BOUND_ENV = "MOUNTCTL_OUTAGE_BOUND_S"
+DEFAULT_OUTAGE_BOUND_S = 120.0
+STALL_NOTICE_S = 5.0  # a read stalled this long is reported (once per outage and process)
+
+
+def outage_bound_s() -> float:
+    """How long reads wait for an unreachable store before failing: $MOUNTCTL_OUTAGE_BOUND_S, else 120 s."""
+    value = os.environ.get(OUTAGE_BOUND_ENV, "")
+    try:
+        bound = float(value) if value else DEFAULT_OUTAGE_BOUND_S
+    except ValueError:
+        raise ValueError(f"{OUTAGE_BOUND_ENV}={value!r} is not a number of seconds; set it to e.g. 300") from None
+    if bound <= 0:
+        raise ValueError(f"{OUTAGE_BOUND_ENV}={value!r} must be a positive number of seconds")
+    return bound
+
 
 def _gone(path: str) -> FileNotFoundError:
-    return FileNotFoundError(errno.ENOENT, "the S3 object behind this file was deleted while it was being read; "
-                                           "rebuild the dataset's manifest or restore the object", path)
+    return FileNotFoundError(errno.ENOENT, "the S3 object behind this file was deleted while it was being read "
+                                           "(the store answered that it no longer has it); rebuild the dataset's "
+                                           "manifest or restore the object", path)
+
+
+def _vanished(path: str) -> FileNotFoundError:
+    return FileNotFoundError(errno.ENOENT, "this file disappeared from its mount while it was being read; if its "
+                                           "S3 object was deleted, rebuild the dataset's manifest or restore it "
+                                           "(pass still_exists to open_resilient to tell an S3 outage from a "
+                                           "deletion)", path)
+
+
+class _StallWatch:
+    """Notices reads that have not returned for ``notice_s``: one line when they stall, one when they resume.
+
+    A daemon thread looks at the operations in flight twice a second, so a read blocked in
+    the kernel (rclone waits for the store inside the read) is reported while it blocks.
+    """
+
+    def __init__(self, notice_s: float = STALL_NOTICE_S) -> None:
+        self.notice_s = notice_s
+        self._pid = -1
+        self._reset()
+
+    def _reset(self) -> None:  # also after fork: the parent's thread and lock are not ours
+        self._lock = threading.Lock()
+        self._ops: dict[int, tuple[float, str]] = {}
+        self._next = 0
+        self._stalled_since: float | None = None
+        self._thread: threading.Thread | None = None
+        self._pid = os.getpid()
+
+    def begin(self, name: str) -> int:
+        if self._pid != os.getpid():
+            self._reset()
+        with self._lock:
+            self._next += 1
+            self._ops[self._next] = (time.monotonic(), name)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="mountctl-stall-watch", daemon=True)
+                self._thread.start()
+            return self._next
+
+    def end(self, token: int, ok: bool) -> None:
+        with self._lock:
+            started, name = self._ops.pop(token, (time.monotonic(), ""))
+            since = self._stalled_since
+            if since is None or started > since:
+                return  # not the read that stalled (a cached read can succeed while the store is down)
+            self._stalled_since = None
+        if ok:
+            log.warning("S3 store answering again: reads through the mount resumed after %.1fs (%s)",
+                        time.monotonic() - since, name)
+
+    def _run(self) -> None:
+        while True:
+            time.sleep(min(0.5, self.notice_s / 4))
+            with self._lock:
+                if self._stalled_since is not None or not self._ops:
+                    continue
+                started, name = min(self._ops.values())
+                if time.monotonic() - started < self.notice_s:
+                    continue
+                self._stalled_since = started
+            log.warning("S3 store unreachable or not answering: a read of %s has waited %.0fs; the mount is "
+                        "retrying, and reads go on waiting up to %gs (%s) before they fail", name,
+                        time.monotonic() - started, outage_bound_s(), OUTAGE_BOUND_ENV)
+
+
+_stalls = _StallWatch()
 
 
 class ResilientReader(io.RawIOBase):
     """A raw, seekable, read-only file that survives its mount being replaced."""
 
-    def __init__(self, path: str, *, retry_for_s: float = 120.0,
+    def __init__(self, path: str, *, retry_for_s: float | None = None,
                  still_exists: Callable[[], bool] | None = None) -> None:
         super().__init__()
         self.name = path
-        self._retry_for_s = retry_for_s
+        self._retry_for_s = outage_bound_s() if retry_for_s is None else retry_for_s
         self._still_exists = still_exists
         self._offset = 0
         # The FUSE mount this file is opened through, read before the open so a remount that starts
@@ -53,13 +148,15 @@ class ResilientReader(io.RawIOBase):
         entry = covering_mount(path)
         self._fuse_root = entry.mount_point if entry is not None and entry.is_fuse else None
         self._file: io.FileIO | None = None
+        self.reopens = 0
         try:
             self._file = io.FileIO(path, "r")
         except OSError as exc:
-            if exc.errno not in RETRYABLE_ERRNOS:
+            if exc.errno == errno.ENOENT and not self._store_may_still_have_it():
                 raise  # a missing file fails at once, as open() does
-            # Opened while the mount is being replaced: the first read opens it, retrying like any read.
-        self.reopens = 0
+            if exc.errno != errno.ENOENT and exc.errno not in RETRYABLE_ERRNOS:
+                raise
+            # Opened while the mount is being replaced or the store is down: the first read opens it, retrying.
 
     def readable(self) -> bool:
         return True
@@ -91,24 +188,42 @@ class ResilientReader(io.RawIOBase):
         self._offset += count
         return count
 
+    def _store_may_still_have_it(self) -> bool:
+        """False only when the store answered that the object is gone; unreachable means it may be there."""
+        if self._fuse_root is not None and find_mount(self._fuse_root) is None:
+            return True  # the FUSE mount is being replaced: its directory is briefly empty
+        if self._still_exists is None:
+            return False  # nobody to ask: the file system's answer stands
+        try:
+            return bool(self._still_exists())
+        except Exception:  # the store is unreachable (or not sure): an outage, not a deletion
+            return True
+
     def _retryable(self, exc: OSError) -> bool:
         if exc.errno == errno.ENOENT:
-            if self._fuse_root is not None and find_mount(self._fuse_root) is None:
-                return True  # the FUSE mount is being replaced: its directory is briefly empty
-            raise _gone(self.name) from None  # the file system answers, and says the file is not there
+            # s3fs answers ENOENT while the store is down: only the store itself may say "deleted".
+            if self._store_may_still_have_it():
+                return True
+            raise (_gone(self.name) if self._still_exists is not None else _vanished(self.name)) from None
         if exc.errno not in RETRYABLE_ERRNOS:
             return False
-        if self._still_exists is not None:
-            try:
-                exists = self._still_exists()
-            except Exception:  # S3 itself is unreachable: keep waiting for it
-                exists = True
-            if not exists:
-                raise _gone(self.name) from None
+        if self._still_exists is not None and not self._store_may_still_have_it():
+            raise _gone(self.name) from None
         return True
 
     def _with_retry(self, operation: Callable[[io.FileIO], T]) -> T:
-        deadline = time.monotonic() + self._retry_for_s
+        token = _stalls.begin(self.name)
+        ok = False
+        try:
+            result = self._retry(operation)
+            ok = True
+            return result
+        finally:
+            _stalls.end(token, ok)
+
+    def _retry(self, operation: Callable[[io.FileIO], T]) -> T:
+        started = time.monotonic()
+        deadline = started + self._retry_for_s
         delay = 0.05
         while True:
             try:
@@ -118,8 +233,13 @@ class ResilientReader(io.RawIOBase):
                     log.info("reopened %s at offset %d after the mount recovered", self.name, self._offset)
                 return operation(self._file)
             except OSError as exc:
-                if not self._retryable(exc) or time.monotonic() > deadline:
+                if not self._retryable(exc):
                     raise
+                if time.monotonic() > deadline:
+                    raise OSError(exc.errno, f"reads through the mount kept failing for "
+                                  f"{time.monotonic() - started:.0f}s ({exc.strerror}); the S3 store or the mount "
+                                  f"did not come back within the bound: check the store, or raise "
+                                  f"{OUTAGE_BOUND_ENV} (now {self._retry_for_s:g}s)", self.name) from exc
                 self._drop()
                 time.sleep(delay)
                 delay = min(delay * 2, 1.0)
@@ -138,11 +258,15 @@ class ResilientReader(io.RawIOBase):
 
 
 def open_resilient(path: str | os.PathLike[str], mode: str = "rb", *, buffering: int = 1 << 20,
-                   retry_for_s: float = 120.0, still_exists: Callable[[], bool] | None = None) -> io.BufferedReader:
-    """Open ``path`` for reading like ``open(path, "rb")``, retrying through a remount.
+                   retry_for_s: float | None = None,
+                   still_exists: Callable[[], bool] | None = None) -> io.BufferedReader:
+    """Open ``path`` for reading like ``open(path, "rb")``, retrying through a remount or an S3 outage.
 
-    ``still_exists`` (optional) asks S3 whether the object is still there; with it a
-    file deleted mid-read fails at once rather than after ``retry_for_s``.
+    ``retry_for_s`` bounds the wait (default ``outage_bound_s()``).  ``still_exists``
+    (optional) asks S3 whether the object is still there: it returns False only when the
+    store answers "no such object" and raises when the store does not answer.  With it a
+    file deleted mid-read fails at once, and ENOENT from a mount whose store is down
+    (s3fs) is waited out; without it ENOENT from a mounted file system fails at once.
     """
     if mode not in ("r", "rb"):
         raise ValueError(f"open_resilient reads binary files only (mode 'rb'), not {mode!r}")

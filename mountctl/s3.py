@@ -37,6 +37,7 @@ __all__ = [
     "ensure_bucket",
     "list_object_sizes",
     "object_size",
+    "object_exists",
 ]
 
 DEFAULT_REGION = "us-east-1"
@@ -406,3 +407,21 @@ def object_size(s3: Any, bucket: str, key: str) -> int | None:
         if is_not_found(exc):
             return None
         raise
+
+
+def object_exists(s3: Any, bucket: str, key: str) -> bool:
+    """Whether the store has the object, by its own answer; raises when it does not answer clearly.
+
+    An outage is not a deletion: a connection error propagates, and "no such object" counts
+    only when the bucket answers too (a store coming back can briefly say it has no bucket).
+    """
+    from botocore.exceptions import ClientError
+
+    try:
+        s3.head_object(Bucket=bucket, Key=key)
+        return True
+    except ClientError as exc:
+        if not is_not_found(exc):
+            raise
+    s3.head_bucket(Bucket=bucket)  # raises unless the store answers for the bucket
+    return False

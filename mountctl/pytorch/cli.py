@@ -19,9 +19,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import NoReturn
 
-from mountctl import BACKEND_NAMES, MountctlError
+from mountctl import BACKEND_NAMES, ArgumentParser, MountctlError
 from mountctl.pytorch.data.device_decode import DECODE_CHOICES
 from mountctl.pytorch.data.sources import SOURCE_KINDS  # light: the kinds import their libraries on use
 from mountctl.pytorch.data.sources.mountpoint import add_mountpoint_arguments
@@ -85,15 +84,7 @@ def _demo(args: argparse.Namespace) -> int:
     return 0 if all(row["status"] == 0 and row["summary"] for row in rows) else 1
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse, but a usage error is one line and exits 1 like every other error (argparse's own is 2).
-
-    A local stand-in for the core CLI's parser of the same rule; subcommand parsers are made of this
-    class too (``add_subparsers`` uses the parent's class).
-    """
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(1, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+_Parser = ArgumentParser  # the core's: a usage error is one line and exits 1, like every other error
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -81,7 +81,8 @@ class MountpointSource:
         try:
             for index, name in enumerate(names):
                 def still_exists(key: str = location.prefix + name) -> bool:
-                    return s3.object_size(s3.short_client(self.settings), location.bucket, key) is not None
+                    # raises while the store is unreachable: an outage is waited out, not called a deletion
+                    return s3.object_exists(s3.short_client(self.settings), location.bucket, key)
 
                 if warmer is not None:
                     warmer.at(index)
@@ -133,9 +134,10 @@ def mountpoint_source(uri: str, settings: S3Settings, *, backend: str = "auto", 
         if read_ahead and options:
             record = os.path.join(mountctl.mount_cache_dir(options["cache_dir"], mounted.path), "read-ahead")
             os.makedirs(record, mode=0o700, exist_ok=True)
+        cache_in_use = mounted.cache or {}  # what the program runs with, which may differ from what was asked
         yield MountpointSource(root=mounted.path, backend=mounted.backend, mount_pid=mounted.pid,
-                               uri=str(location), settings=settings, cache_dir=options.get("cache_dir"),
-                               cache_size_mb=options.get("cache_size_mb"), read_ahead_dir=record,
+                               uri=str(location), settings=settings, cache_dir=cache_in_use.get("cache_dir"),
+                               cache_size_mb=cache_in_use.get("cache_size_mb"), read_ahead_dir=record,
                                shards_ahead=shards_ahead)
 
 

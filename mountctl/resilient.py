@@ -5,7 +5,10 @@ with ENOTCONN, ECONNABORTED, EIO or ESTALE, and for a moment the path may not
 exist (ENOENT) because the FUSE mount it was opened through is not there.  This reader retries exactly
 those, reopens the same path once the mount answers again and seeks back to
 the byte it had reached, so the caller sees one uninterrupted stream: no byte
-lost, none repeated.  Nothing else is retried (not EAGAIN, not ETIMEDOUT).  A
+lost, none repeated.  A mount whose program S3 no longer authorizes fails reads
+too, with EIO (rclone) or, worse, an early end of file (s3fs answers 0 bytes of
+a file it says is 3 MB): an end of file before the size the file has is retried
+like EIO while the watchdog resolves credentials again and remounts.  Nothing else is retried (not EAGAIN, not ETIMEDOUT).  A
 file that is really gone fails at once instead: ENOENT while its mount is in
 place, or, when the caller says how to ask S3 (``still_exists``), an object
 that S3 no longer has.
@@ -85,7 +88,13 @@ class ResilientReader(io.RawIOBase):
     def readinto(self, buffer: Any) -> int:
         def read(f: io.FileIO) -> int:
             f.seek(self._offset)
-            return f.readinto(buffer) or 0
+            count = f.readinto(buffer) or 0
+            if count == 0 and len(memoryview(buffer)) > 0:
+                size = os.fstat(f.fileno()).st_size
+                if self._offset < size:
+                    raise OSError(errno.EIO, f"the mount ended the file at byte {self._offset} of {size} (its "
+                                             "program may have lost access to S3)", self.name)
+            return count
 
         count = self._with_retry(read)
         self._offset += count

@@ -40,7 +40,7 @@ def _published(mount: Mount, event: dict[str, Any]) -> Any:
         changes: dict[str, Any] = {"restarts": mount.restarts, "program_pid": mount.pid, "backend": mount.backend,
                                    "log_path": mount.log_path}
         kind = event["event"]
-        if kind in ("dead", "unresponsive", "restart-failed"):
+        if kind in ("dead", "unresponsive", "unauthorized", "restart-failed"):
             changes.update(state="recovering", last_error=event["detail"])
         elif kind == "gave-up":
             changes.update(state="failed", last_error=event["detail"],

@@ -12,22 +12,36 @@ Secrets travel on the shell's stdin, never on its command line, and its output
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import subprocess
 import time
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from .errors import LocalS3Error
 from .redaction import redact, remember_secret
-
-if TYPE_CHECKING:
-    from .local_s3 import LocalS3
 
 __all__ = ["add_identity", "revoke_identity", "DEFAULT_ACTIONS"]
 
 DEFAULT_ACTIONS = ("Read", "Write", "List", "Tagging", "Admin")
 # weed's flags are parsed from the shell line: a value with a space or a quote would split it.
 _TOKEN = re.compile(r"^[A-Za-z0-9_+/=.\-]{3,128}$")
+
+
+class LocalS3(Protocol):
+    """What this module needs of ``local_s3.LocalS3`` (named here, not imported: that module imports this one)."""
+
+    dir: str
+
+    @property
+    def log_path(self) -> str: ...
+
+    def weed(self) -> str: ...
+
+    def status(self) -> Any: ...
+
+    def settings(self) -> Any: ...
 
 
 def _check(kind: str, value: str) -> None:
@@ -38,7 +52,11 @@ def _check(kind: str, value: str) -> None:
 def _shell(server: LocalS3, line: str, timeout_s: float) -> None:
     """Run one ``weed shell`` command against the server's master, bounded by ``timeout_s``."""
     status = server.status()
-    ports = (server._read_json("server.json") or {}).get("ports", {})
+    try:
+        with open(os.path.join(server.dir, "server.json")) as f:
+            ports = json.load(f).get("ports", {})
+    except (OSError, ValueError):
+        ports = {}
     if not status.running or "master" not in ports:
         raise LocalS3Error(f"the local S3 server of {server.dir} is not running; start it with "
                            "`mountctl local-s3 start` before changing its identities")

@@ -269,6 +269,9 @@ class Mount:
             self.restarts += 1
             if self._auth_refused:
                 self._refresh_credentials()
+                if self._cache is not None and self.spec.cache_dir:
+                    # What the refused program cached may hold the holes of its failed reads (s3fs keeps them).
+                    self._cache = prepare_mount_cache(self.spec.cache_dir, self.path)
             self._spawn_and_wait()
             self.report("remounted", f"after {time.monotonic() - started:.2f}s, pid {self.pid}")
 

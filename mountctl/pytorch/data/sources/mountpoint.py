@@ -6,7 +6,7 @@ import argparse
 import contextlib
 import os
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
 from mountctl import S3Settings, parse_s3_uri, s3
@@ -59,6 +59,9 @@ class MountpointSource:
     cache_size_mb: int | None = None
     read_ahead_dir: str | None = None  # the node's record of claimed shards; None: no read-ahead
     shards_ahead: int = 2
+    # Object sizes S3 listed when the mount started: an earlier end of file is a failed read (s3fs answers
+    # one it cannot authorize with an empty file), retried through the remount.
+    sizes: dict[str, int] | None = field(default=None, compare=False)
 
     def open_shards(self, names: Sequence[str]) -> Iterator[tuple[str, BinaryIO]]:
         from mountctl import open_resilient
@@ -70,14 +73,15 @@ class MountpointSource:
             warmer = Warmer(self.root, names, self.read_ahead_dir, shards_ahead=self.shards_ahead).start()
         try:
             for index, name in enumerate(names):
-                def still_exists(key: str = location.prefix + name) -> bool:
-                    return s3.object_size(s3.short_client(self.settings), location.bucket, key) is not None
+                def size_in_s3(key: str = location.prefix + name) -> int | None:
+                    return s3.object_size(s3.short_client(self.settings), location.bucket, key)
 
                 if warmer is not None:
                     warmer.at(index)
                 # open_resilient reopens and seeks back if the watchdog remounts under us, and
                 # fails at once if S3 no longer has the object.
-                with open_resilient(os.path.join(self.root, name), still_exists=still_exists) as stream:
+                with open_resilient(os.path.join(self.root, name), size_in_s3=size_in_s3,
+                                    expected_size=(self.sizes or {}).get(name)) as stream:
                     yield name, stream
         finally:
             if warmer is not None:
@@ -110,10 +114,9 @@ def mountpoint_source(uri: str, settings: S3Settings, *, backend: str = "auto", 
 
     location = parse_s3_uri(uri)
     options: dict[str, Any] = {}
+    sizes = s3.list_object_sizes(s3.short_client(settings), location.bucket, location.prefix)
     if cache:
-        dataset_bytes = sum(s3.list_object_sizes(s3.short_client(settings), location.bucket,
-                                                 location.prefix).values())
-        options = mountctl.cache_options(dataset_bytes, cache_dir, cache_size_mb)
+        options = mountctl.cache_options(sum(sizes.values()), cache_dir, cache_size_mb)
     with mountctl.mount(uri, mount_dir, backend=backend, settings=settings, **options) as mounted:
         record = None
         if read_ahead and options:
@@ -122,7 +125,7 @@ def mountpoint_source(uri: str, settings: S3Settings, *, backend: str = "auto", 
         yield MountpointSource(root=mounted.path, backend=mounted.backend, mount_pid=mounted.pid,
                                uri=str(location), settings=settings, cache_dir=options.get("cache_dir"),
                                cache_size_mb=options.get("cache_size_mb"), read_ahead_dir=record,
-                               shards_ahead=shards_ahead)
+                               shards_ahead=shards_ahead, sizes=sizes)
 
 
 def add_mountpoint_arguments(parser: Any) -> None:

@@ -5,7 +5,9 @@ DataLoader to hand over a batch (until ``on_train_batch_start``), then the model
 on it.  ``data_wait_fraction`` is the waits' sum over the steps' sum, per epoch: near 0
 the loader keeps up and the model is the limit; near 1 the model starves.  (On a GPU
 the clock is the host's: a step that only queues kernels looks short, and the host
-waits in a later step instead, so the fraction there is a lower bound.)
+waits in a later step instead, so the fraction there is a lower bound.)  The first
+``warmup_batches`` steps of an epoch are left out, as they are of images/s: they hold
+the DataLoader workers' start-up, which would dominate a short epoch.
 
 Above ``threshold`` (0.2 by default: a fifth of the time idle) rank 0 prints one line
 naming the source kind and what to try.  With ``metrics_port`` rank 0 also serves the
@@ -50,9 +52,10 @@ def advice(source_kind: str, fraction: float, threshold: float) -> str:
 
 
 class DataWaitMonitor(lightning.Callback):
-    def __init__(self, source_kind: str, *, threshold: float = DEFAULT_THRESHOLD, metrics_port: int | None = None,
-                 out: TextIO | None = None) -> None:
+    def __init__(self, source_kind: str, *, threshold: float = DEFAULT_THRESHOLD, warmup_batches: int = 0,
+                 metrics_port: int | None = None, out: TextIO | None = None) -> None:
         self.source_kind = source_kind
+        self.warmup_batches = warmup_batches
         self.threshold = threshold
         self.metrics_port = metrics_port
         self.epochs: list[dict[str, Any]] = []
@@ -62,6 +65,7 @@ class DataWaitMonitor(lightning.Callback):
         self._last_end = 0.0
         self._batch_start = 0.0
         self._gauges: dict[str, Any] = {}
+        self._seen = 0
         self._server: Any = None
 
     # -- timing -------------------------------------------------------------------------
@@ -73,6 +77,7 @@ class DataWaitMonitor(lightning.Callback):
 
     def on_train_epoch_start(self, trainer: lightning.Trainer, pl_module: lightning.LightningModule) -> None:
         self._waits, self._steps = [], []
+        self._seen = 0
         self._last_end = time.perf_counter()
 
     def on_train_batch_start(self, trainer: lightning.Trainer, pl_module: lightning.LightningModule, batch: Any,
@@ -82,9 +87,13 @@ class DataWaitMonitor(lightning.Callback):
     def on_train_batch_end(self, trainer: lightning.Trainer, pl_module: lightning.LightningModule, outputs: Any,
                            batch: Any, batch_idx: int) -> None:
         now = time.perf_counter()
-        self._waits.append(max(0.0, self._batch_start - self._last_end))
-        self._steps.append(max(0.0, now - self._last_end))
+        wait, step = max(0.0, self._batch_start - self._last_end), max(0.0, now - self._last_end)
         self._last_end = now
+        self._seen += 1
+        if self._seen <= self.warmup_batches and trainer.num_training_batches > self.warmup_batches:
+            return  # worker start-up: left out unless the epoch has nothing else
+        self._waits.append(wait)
+        self._steps.append(step)
         if "wait_s" in self._gauges:
             self._gauges["wait_s"].inc(self._waits[-1])
             self._gauges["step_s"].inc(self._steps[-1])

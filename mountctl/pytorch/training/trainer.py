@@ -237,7 +237,7 @@ def train(config: TrainConfig, *, settings: S3Settings | None = None, out: TextI
                      read_ahead=config.read_ahead) as source:
         monitor = ThroughputMonitor(manifest.num_images, warmup_batches=config.warmup_batches)
         data_wait = DataWaitMonitor(config.source_kind, threshold=config.data_wait_threshold,
-                                    metrics_port=config.metrics_port)
+                                    warmup_batches=config.warmup_batches, metrics_port=config.metrics_port)
         callbacks: list[Any] = [monitor, data_wait]
         sample_log = SampleLog(config.sample_log) if config.sample_log else None
         if sample_log is not None:

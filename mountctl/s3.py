@@ -51,6 +51,10 @@ _ENDPOINT = re.compile(r"^https?://[^/\s]+")
 # profile to read again after a rotation ("" for the default chain), because the child gets the keys themselves.
 CHAIN_PROFILE_VARIABLE = "MOUNTCTL_CREDENTIALS_PROFILE"
 # What S3 (and the programs' logs) call a refusal of the credentials themselves.
+# botocore's names of the providers that renew their keys themselves: a program that reads the same chain
+# should be given the chain (the profile, the role's variables), not a copy of keys that will expire.
+ROLE_METHODS = frozenset({"assume-role", "assume-role-with-web-identity", "container-role", "iam-role",
+                          "custom-process", "sso", "login"})
 AUTH_ERROR_CODES = frozenset({"AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken",
                               "InvalidToken", "TokenRefreshRequired", "403", "Forbidden"})
 
@@ -115,6 +119,9 @@ class S3Settings:
     # The keys came from the credential chain (a credentials file, a role, a process), not from arguments or
     # AWS_ACCESS_KEY_ID: they may change while a job runs, and ``refresh_credentials`` reads them again.
     credentials_from_chain: bool = False
+    # ... and from a provider that renews them (a role, web identity, SSO, ``credential_process``): mount-s3
+    # and rclone then get the chain itself and renew the keys on their own.
+    role_based: bool = False
 
     @property
     def path_style(self) -> bool:
@@ -142,6 +149,8 @@ class S3Settings:
         env = dict(os.environ if base is None else base)
         for name in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE"):
             env.pop(name, None)  # credentials below are already resolved from it
+        if self.role_based:
+            return self._chain_env(env)
         env["AWS_REGION"] = self.region
         env["AWS_DEFAULT_REGION"] = self.region
         for name in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"):
@@ -160,6 +169,20 @@ class S3Settings:
             env[CHAIN_PROFILE_VARIABLE] = self.profile or ""
         else:
             env.pop(CHAIN_PROFILE_VARIABLE, None)
+        return env
+
+    def _chain_env(self, env: dict[str, str]) -> dict[str, str]:
+        """For a role-based chain: the child resolves (and renews) the keys itself from the same profile."""
+        env["AWS_REGION"] = env["AWS_DEFAULT_REGION"] = self.region
+        for name in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"):
+            if self.endpoint_url:
+                env[name] = self.endpoint_url
+            else:
+                env.pop(name, None)
+        for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", CHAIN_PROFILE_VARIABLE):
+            env.pop(name, None)
+        if self.profile:
+            env["AWS_PROFILE"] = self.profile
         return env
 
     def export_credentials_to_environ(self) -> None:
@@ -235,17 +258,19 @@ def resolve(
     from_chain = chain_profile is not None and not access_key_id
     if from_chain:
         profile = profile or chain_profile or None
+    role_based = False
     if not (key and secret) or not region:
-        botocore_key, botocore_secret, botocore_token, botocore_region = _from_botocore(profile)
+        botocore_key, botocore_secret, botocore_token, botocore_region, method = _from_botocore(profile)
         if not (key and secret):
             key, secret, token = botocore_key, botocore_secret, botocore_token
             from_chain = bool(key and secret)
+            role_based = from_chain and method in ROLE_METHODS
         region = region or botocore_region
     for value in (secret, token):
         remember_secret(value)
     return S3Settings(endpoint_url=endpoint, region=region or DEFAULT_REGION, access_key_id=key,
                       secret_access_key=secret, session_token=token, profile=profile,
-                      credentials_from_chain=from_chain)
+                      credentials_from_chain=from_chain, role_based=role_based)
 
 
 def refresh_credentials(settings: S3Settings) -> S3Settings:
@@ -258,7 +283,7 @@ def refresh_credentials(settings: S3Settings) -> S3Settings:
     """
     if not settings.credentials_from_chain:
         return settings
-    key, secret, token, _ = _from_botocore(settings.profile, skip_environment=True)
+    key, secret, token, _, _ = _from_botocore(settings.profile, skip_environment=True)
     if not (key and secret):
         raise CredentialsError(f"AWS profile {settings.profile or 'default'!r} no longer yields credentials; "
                                "check AWS_SHARED_CREDENTIALS_FILE / ~/.aws/credentials")
@@ -281,13 +306,13 @@ def is_auth_error(exc: BaseException) -> bool:
         or bool(re.search(r"\b403\b|Forbidden", text))
 
 
-def _from_botocore(profile: str | None, *,
-                   skip_environment: bool = False) -> tuple[str | None, str | None, str | None, str | None]:
+def _from_botocore(profile: str | None, *, skip_environment: bool = False
+                   ) -> tuple[str | None, str | None, str | None, str | None, str | None]:
     """Shared config files, SSO and instance roles, exactly as the AWS CLI finds them."""
     try:
         import botocore.session
     except ImportError:
-        return None, None, None, None
+        return None, None, None, None, None
     try:
         session = botocore.session.Session(profile=profile)
         region = session.get_config_variable("region")
@@ -299,9 +324,9 @@ def _from_botocore(profile: str | None, *,
             f"could not load AWS profile {profile!r}: {redact(str(exc))}; check ~/.aws/config or unset AWS_PROFILE"
         ) from None
     if credentials is None:
-        return None, None, None, region
+        return None, None, None, region, None
     frozen = credentials.get_frozen_credentials()
-    return frozen.access_key, frozen.secret_key, frozen.token, region
+    return frozen.access_key, frozen.secret_key, frozen.token, region, getattr(credentials, "method", None)
 
 
 # -- clients --------------------------------------------------------------------------------

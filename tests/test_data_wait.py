@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import socket
+import threading
 import time
+import urllib.request
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,11 +17,34 @@ from mountctl.pytorch.data import sources
 from torch_support import last_json_line, make_tiny_dataset
 
 
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _scrape_while(port: int, done: threading.Event, pages: list[str]) -> None:
+    while not done.wait(0.1):
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=1) as page:
+                pages.append(page.read().decode())
+        except OSError:
+            pass
+
+
 def test_a_loader_faster_than_the_model_reports_a_low_fraction_everywhere(s3_env, bucket, tmp_path, capsys):
     uri = f"s3://{bucket}/data/"
     make_tiny_dataset(uri, num_images=96)  # 12 steps of 8
-    status = main(["train", uri, "--source-kind", "s3io", "--batch-size", "8", "--num-workers", "2",
-                   "--precision", "32", "--warmup-batches", "2", "--no-progress", "--log-dir", str(tmp_path / "runs")])
+    port, done, pages = _free_port(), threading.Event(), []
+    scraper = threading.Thread(target=_scrape_while, args=(port, done, pages), daemon=True)
+    scraper.start()
+    try:
+        status = main(["train", uri, "--source-kind", "s3io", "--batch-size", "8", "--num-workers", "2",
+                       "--precision", "32", "--warmup-batches", "2", "--no-progress", "--metrics-port", str(port),
+                       "--log-dir", str(tmp_path / "runs")])
+    finally:
+        done.set()
+        scraper.join(timeout=5)
     out, err = capsys.readouterr()
     assert status == 0, err[-3000:]
     summary = last_json_line(out)
@@ -30,6 +56,9 @@ def test_a_loader_faster_than_the_model_reports_a_low_fraction_everywhere(s3_env
         logged = [float(row["data_wait_fraction"]) for row in csv.DictReader(f) if row.get("data_wait_fraction")]
     assert logged == [summary["data_wait_fraction"]]
     assert "training waited for data" not in err
+    assert pages and 'mountctl_training_step_seconds_total{source_kind="s3io"}' in pages[-1]
+    with socket.socket() as probe:  # the trainer's /metrics port is closed again when training ends
+        assert probe.connect_ex(("127.0.0.1", port)) != 0
 
 
 @dataclass(frozen=True)

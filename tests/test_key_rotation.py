@@ -8,6 +8,7 @@ training data path (``ShardDataset`` + ``EpochLoader``, 2 workers) without the m
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import secrets
@@ -29,10 +30,13 @@ IMAGES = 96
 PROFILE = "rotating"
 
 
-def _write_credentials(path: str, key: str, secret: str) -> None:
+def _write_credentials(path: str, key: str, secret: str, via: str = "file") -> None:
+    """The profile's keys: in the credentials file, or (``process``) what its credential_process prints."""
+    text = f"[{PROFILE}]\naws_access_key_id = {key}\naws_secret_access_key = {secret}\n" if via == "file" \
+        else json.dumps({"Version": 1, "AccessKeyId": key, "SecretAccessKey": secret})
     # Replaced in one rename, as a credentials helper writes it: a reader never sees half a file.
     with open(path + ".new", "w") as f:
-        f.write(f"[{PROFILE}]\naws_access_key_id = {key}\naws_secret_access_key = {secret}\n")
+        f.write(text)
     os.chmod(path + ".new", 0o600)
     os.replace(path + ".new", path)
 
@@ -41,10 +45,11 @@ def _new_key() -> tuple[str, str]:
     return "ROT" + secrets.token_hex(8).upper(), secrets.token_urlsafe(24).replace("-", "x").replace("_", "y")
 
 
-@pytest.mark.parametrize("kind,backend", [("mountpoint", "rclone"), ("mountpoint", "s3fs"), ("s3io", "auto"),
-                                          ("fsspec", "auto")],
-                         ids=["mountpoint-rclone", "mountpoint-s3fs", "s3io", "fsspec"])
-def test_rotated_and_revoked_key_mid_epoch_loses_and_repeats_no_sample(kind, backend, local_s3, s3_env, bucket,
+@pytest.mark.parametrize("kind,backend,via", [
+    ("mountpoint", "rclone", "file"), ("mountpoint", "s3fs", "file"), ("s3io", "auto", "file"),
+    ("fsspec", "auto", "file"), ("mountpoint", "rclone", "process")],
+    ids=["mountpoint-rclone", "mountpoint-s3fs", "s3io", "fsspec", "mountpoint-rclone-credential-process"])
+def test_rotated_and_revoked_key_mid_epoch_loses_and_repeats_no_sample(kind, backend, via, local_s3, s3_env, bucket,
                                                                        mount_root, tmp_path, monkeypatch):
     if kind == "mountpoint":
         require_fuse()
@@ -54,15 +59,18 @@ def test_rotated_and_revoked_key_mid_epoch_loses_and_repeats_no_sample(kind, bac
     key1, secret1 = _new_key()
     key2, secret2 = _new_key()
     local_s3.add_identity(user, key1, secret1)
-    credentials = str(tmp_path / "credentials")
-    _write_credentials(credentials, key1, secret1)
+    credentials = str(tmp_path / ("credentials" if via == "file" else "process.json"))
+    _write_credentials(credentials, key1, secret1, via)
+    config = tmp_path / "config"
+    config.write_text(f"[profile {PROFILE}]\ncredential_process = /bin/cat {credentials}\n" if via == "process" else "")
     for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("AWS_PROFILE", PROFILE)
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", credentials)
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", credentials if via == "file" else str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(config))
     settings = resolve()
     assert settings.access_key_id == key1 and settings.credentials_from_chain
+    assert settings.role_based == (via == "process")
     manifest = load_manifest(settings, uri)
     directory = str(mount_root / "m")
     seen: list[int] = []
@@ -80,10 +88,17 @@ def test_rotated_and_revoked_key_mid_epoch_loses_and_repeats_no_sample(kind, bac
                 time.sleep(0.1)  # a training step: the workers cannot read everything ahead of the rotation
                 if number == 0:
                     local_s3.add_identity(user, key2, secret2)
-                    _write_credentials(credentials, key2, secret2)
+                    _write_credentials(credentials, key2, secret2, via)
                     local_s3.revoke_identity(user, key1)
                     rotated = time.monotonic()
-            restarts = Registry().read(directory).restarts if kind == "mountpoint" else None
+            record = Registry().read(directory) if kind == "mountpoint" else None
+            restarts = record.restarts if record is not None else None
+            events = [event["event"] for event in record.events] if record is not None else []
+            if via == "process":  # rclone was given the chain (env_auth), not the keys
+                with open(f"/proc/{record.program_pid}/environ", "rb") as f:
+                    environ = dict(item.split(b"=", 1) for item in f.read().split(b"\0") if b"=" in item)
+                assert environ.get(b"RCLONE_CONFIG_MOUNTCTL_ENV_AUTH") == b"true"
+                assert b"RCLONE_CONFIG_MOUNTCTL_ACCESS_KEY_ID" not in environ and b"AWS_ACCESS_KEY_ID" not in environ
     finally:
         logging.getLogger("mountctl").removeHandler(handler)
         handler.close()
@@ -92,7 +107,7 @@ def test_rotated_and_revoked_key_mid_epoch_loses_and_repeats_no_sample(kind, bac
         output = f.read()
     print(f"\n[key rotation, {kind}/{backend}] samples {len(seen)} distinct {len(set(seen))} of {IMAGES}; epoch "
           f"{time.monotonic() - started:.2f}s ({time.monotonic() - rotated:.2f}s after the rotation); "
-          f"remounts {restarts}")
+          f"remounts {restarts} {events}")
     first = manifest.shards[0].first_index
     assert sorted(seen) == list(range(first, first + IMAGES)), "a sample was lost or repeated"
     if kind == "mountpoint":

@@ -176,3 +176,38 @@ def test_refreshing_is_bounded_when_the_new_keys_are_refused_too(profile_env, mo
     with pytest.raises(ClientError):
         credentials.call("s3://b/k", refused)
     assert credentials.refreshes == refreshing.MAX_REFRESHES
+
+
+def _process_profile(tmp_path, monkeypatch, key: str = "PROCKEY1") -> None:
+    """A profile whose keys come from a ``credential_process`` (a provider that renews them), run by botocore."""
+    import json
+
+    (tmp_path / "process.json").write_text(json.dumps({"Version": 1, "AccessKeyId": key,
+                                                       "SecretAccessKey": "PROCSECRET1"}))
+    (tmp_path / "config").write_text(f"[profile job]\ncredential_process = /bin/cat {tmp_path / 'process.json'}\n")
+    for name in [n for n in os.environ if n.startswith("AWS_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-credentials"))
+    monkeypatch.setenv("AWS_PROFILE", "job")
+
+
+def test_a_role_based_chain_is_passed_to_the_programs_instead_of_its_keys(tmp_path, monkeypatch):
+    from mountctl.backends import Rclone
+    from mountctl.spec import MountSpec
+
+    _process_profile(tmp_path, monkeypatch)
+    settings = resolve(endpoint_url="http://127.0.0.1:9")
+    assert settings.access_key_id == "PROCKEY1" and settings.role_based
+    env = settings.child_env()
+    assert env["AWS_PROFILE"] == "job" and "AWS_ACCESS_KEY_ID" not in env and "AWS_SECRET_ACCESS_KEY" not in env
+    assert env["AWS_ENDPOINT_URL"] == "http://127.0.0.1:9"
+    spec = MountSpec(uri="s3://bucket/p/", mount_dir=str(tmp_path / "m"), backend="rclone")
+    rclone = Rclone().environment(spec, settings, str(tmp_path))
+    assert rclone["RCLONE_CONFIG_MOUNTCTL_ENV_AUTH"] == "true" and "RCLONE_CONFIG_MOUNTCTL_ACCESS_KEY_ID" not in rclone
+
+
+def test_keys_from_a_plain_credentials_file_are_handed_over_as_keys(profile_env):
+    settings = resolve(endpoint_url="http://127.0.0.1:9")
+    assert settings.credentials_from_chain and not settings.role_based
+    assert settings.child_env()["AWS_ACCESS_KEY_ID"] == "KEY1"

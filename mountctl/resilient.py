@@ -114,9 +114,10 @@ class ResilientReader(io.RawIOBase):
 
         s3fs answers a read it cannot authorize as an empty file, even of size 0; S3 then says
         whether the object really is this short now (overwritten), when the caller says how to ask it.
+        A file that is empty from its first byte is checked with S3 too: one request, only then.
         """
         size = max(os.fstat(f.fileno()).st_size, self._expected_size or 0)
-        if self._offset >= size:
+        if self._offset >= size and not (self._offset == 0 and self._size_in_s3 is not None):
             return False
         if self._size_in_s3 is not None:
             try:

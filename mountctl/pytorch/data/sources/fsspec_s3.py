@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import multiprocessing.util
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -12,14 +13,34 @@ from mountctl import S3Settings, parse_s3_uri
 from mountctl.pytorch.data.sources.reader_state import PerProcessState
 from mountctl.pytorch.data.sources.refreshing import Credentials, RefreshingStream, buffered
 
-__all__ = ["FsspecSource", "fsspec_source", "FsspecReader"]
+__all__ = ["FsspecSource", "fsspec_source", "FsspecReader", "close_filesystem"]
+
+_CLOSE_TIMEOUT_S = 5.0
+
+
+def close_filesystem(filesystem: Any) -> None:
+    """Close an ``S3FileSystem``'s client on fsspec's loop now, while that loop still runs.
+
+    Left to s3fs's own finalizer, the close runs when a DataLoader worker exits, after fsspec's
+    loop thread is gone, and aiobotocore prints "Task exception was never retrieved ... attached to
+    a different loop".
+    """
+    creator = getattr(filesystem, "_s3creator", None)
+    if creator is None:
+        return
+    from s3fs.core import FSTimeoutError, sync  # fsspec's, as s3fs uses them
+
+    filesystem._s3 = filesystem._s3creator = None
+    with contextlib.suppress(FSTimeoutError):  # a close that does not finish in time is abandoned, not waited on
+        sync(filesystem.loop, creator.__aexit__, None, None, None, timeout=_CLOSE_TIMEOUT_S)
 
 
 @dataclass
 class FsspecReader(PerProcessState):
     """Map-style reads through s3fs: one ``cat_file`` (a GET, ranged for ``offset``) per sample.
 
-    The ``S3FileSystem`` is made in the process that reads (after a DataLoader's fork).
+    The ``S3FileSystem`` is made in the process that reads (after a DataLoader's fork) and closed
+    when that process ends (or at ``close``).
     """
 
     paths: tuple[str, ...]  # bucket/prefix/name
@@ -32,14 +53,20 @@ class FsspecReader(PerProcessState):
     def read(self, j: int, offset: int | None = None, length: int | None = None) -> bytes:
         if self._pid != os.getpid():
             self._credentials, self._pid = Credentials(self.settings, "fsspec"), os.getpid()
+            # A DataLoader worker ends through multiprocessing, which runs these finalizers (not atexit).
+            multiprocessing.util.Finalize(self, self._credentials.close, exitpriority=10)
 
         def once() -> bytes:
-            filesystem = self._credentials.client("fs", _filesystem)
+            filesystem = self._credentials.client("fs", _filesystem, close_filesystem)
             if offset is None or length is None:
                 return bytes(filesystem.cat_file(self.paths[j]))
             return bytes(filesystem.cat_file(self.paths[j], start=offset, end=offset + length))
 
         return self._credentials.call(self.paths[j], once)
+
+    def close(self) -> None:
+        if self._pid == os.getpid():
+            self._credentials.close()
 
 
 def _filesystem(settings: S3Settings) -> Any:
@@ -61,16 +88,19 @@ class FsspecSource:
         # The file system is made here, in the worker (one made before fork breaks its event loop), and
         # made again with credentials resolved again when S3 refuses them.
         credentials = Credentials(self.settings, self.kind)
-        for name in names:
-            def open_at(offset: int, path: str = self.path + name) -> BinaryIO:
-                f = credentials.client("fs", _filesystem).open(path, "rb", block_size=self.block_size,
-                                                               cache_type="readahead")
-                if offset:
-                    f.seek(offset)
-                return f
+        try:
+            for name in names:
+                def open_at(offset: int, path: str = self.path + name) -> BinaryIO:
+                    f = credentials.client("fs", _filesystem, close_filesystem).open(
+                        path, "rb", block_size=self.block_size, cache_type="readahead")
+                    if offset:
+                        f.seek(offset)
+                    return f
 
-            with buffered(RefreshingStream("s3://" + self.path + name, credentials, open_at)) as stream:
-                yield name, stream
+                with buffered(RefreshingStream("s3://" + self.path + name, credentials, open_at)) as stream:
+                    yield name, stream
+        finally:
+            credentials.close()
 
     def describe(self) -> dict[str, Any]:
         return {"kind": self.kind, "uri": "s3://" + self.path, "endpoint": self.settings.endpoint_url}

@@ -37,13 +37,27 @@ class Credentials:
         self.kind = kind
         self.refreshes = 0
         self._clients: dict[str, Any] = {}
+        self._closers: dict[str, Callable[[Any], None]] = {}
 
-    def client(self, name: str, build: Callable[[S3Settings], Any]) -> Any:
-        """A client for the current settings, built once (``name`` tells clients of one process apart)."""
+    def client(self, name: str, build: Callable[[S3Settings], Any],
+               close: Callable[[Any], None] | None = None) -> Any:
+        """A client for the current settings, built once (``name`` tells clients of one process apart).
+
+        ``close`` ends it when it is replaced after a refresh, or at ``close()``.
+        """
         found = self._clients.get(name)
         if found is None:
             found = self._clients[name] = build(self.settings)
+            if close is not None:
+                self._closers[name] = close
         return found
+
+    def close(self) -> None:
+        clients, self._clients = self._clients, {}
+        closers, self._closers = self._closers, {}
+        for name, client in clients.items():
+            if name in closers:
+                closers[name](client)
 
     def refresh(self, exc: BaseException, what: str, attempt: int) -> None:
         """Resolve the credentials again after S3 refused them (``exc``); raise ``exc`` when out of tries."""
@@ -52,7 +66,7 @@ class Credentials:
         time.sleep(_BACKOFF_S[min(attempt, len(_BACKOFF_S) - 1)])
         old = self.settings
         self.settings = s3.refresh_credentials(old)
-        self._clients.clear()
+        self.close()
         self.refreshes += 1
         changed = self.settings.access_key_id != old.access_key_id or self.settings.session_token != old.session_token
         log.warning("%s: S3 refused the credentials reading %s (%s); resolved them again from profile %s (%s) "

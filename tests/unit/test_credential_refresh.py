@@ -211,3 +211,19 @@ def test_keys_from_a_plain_credentials_file_are_handed_over_as_keys(profile_env)
     settings = resolve(endpoint_url="http://127.0.0.1:9")
     assert settings.credentials_from_chain and not settings.role_based
     assert settings.child_env()["AWS_ACCESS_KEY_ID"] == "KEY1"
+
+
+def test_a_file_empty_from_its_first_byte_is_a_failed_read_while_s3_refuses_to_say_otherwise(tmp_path):
+    from botocore.exceptions import ClientError
+
+    path = tmp_path / "shard.tar"
+    path.write_bytes(b"")  # s3fs, size 0 and no bytes, for an object it can no longer fetch
+
+    def refused():
+        raise ClientError({"Error": {"Code": "InvalidAccessKeyId"}, "ResponseMetadata": {"HTTPStatusCode": 403}},
+                          "HeadObject")
+
+    with pytest.raises(OSError) as caught:
+        ResilientReader(str(path), retry_for_s=0.2, size_in_s3=refused).read(512)
+    assert caught.value.errno == errno.EIO
+    assert ResilientReader(str(path), size_in_s3=lambda: 0).read(512) == b""  # S3 says it is empty: it is

@@ -28,3 +28,13 @@ def test_the_advice_names_the_share_the_source_kind_and_what_to_try():
     assert "63%" in line and "20%" in line and "fsspec" in line and "--num-workers" in line
     assert "--no-cache" in advice("mountpoint", 0.5, 0.2) or "cache" in advice("mountpoint", 0.5, 0.2)
     assert "\n" not in line
+
+
+@pytest.mark.parametrize("options", [{"data_wait_threshold": 0}, {"data_wait_threshold": 1.5},
+                                     {"metrics_port": 0}, {"metrics_port": 70000}])
+def test_a_threshold_outside_zero_to_one_or_a_port_that_is_not_one_is_refused(options):
+    from mountctl import InvalidSpec
+    from mountctl.pytorch.training.trainer import TrainConfig
+
+    with pytest.raises(InvalidSpec):
+        TrainConfig(uri="s3://bucket/data/", **options)

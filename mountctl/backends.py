@@ -138,7 +138,7 @@ class Rclone(Backend):
         if settings.endpoint_url:
             env[prefix + "ENDPOINT"] = settings.endpoint_url
             env[prefix + "FORCE_PATH_STYLE"] = "true"
-        if settings.has_credentials:
+        if settings.has_credentials and not settings.role_based:
             env[prefix + "ACCESS_KEY_ID"] = settings.access_key_id or ""
             env[prefix + "SECRET_ACCESS_KEY"] = settings.secret_access_key or ""
             if settings.session_token:

@@ -204,6 +204,18 @@ class LocalS3:
         return {"AWS_ENDPOINT_URL": s.endpoint_url or "", "AWS_ACCESS_KEY_ID": s.access_key_id or "",
                 "AWS_SECRET_ACCESS_KEY": s.secret_access_key or "", "AWS_REGION": REGION}
 
+    def add_identity(self, user: str, access_key: str, secret_key: str, *, timeout_s: float = 30.0) -> None:
+        """Add a key live (beside the static one above); returns once the server accepts it."""
+        from .local_s3_identities import add_identity
+
+        add_identity(self, user, access_key, secret_key, timeout_s=timeout_s)
+
+    def revoke_identity(self, user: str, access_key: str, *, timeout_s: float = 30.0) -> None:
+        """Revoke a key added with ``add_identity``; returns once the server refuses it."""
+        from .local_s3_identities import revoke_identity
+
+        revoke_identity(self, user, access_key, timeout_s=timeout_s)
+
     # -- state ----------------------------------------------------------------------------
 
     def _server(self) -> dict[str, Any] | None:

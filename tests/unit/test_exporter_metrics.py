@@ -219,3 +219,12 @@ def test_listen_addresses():
     for bad in ("9464", "host:", "host:port", "h:70000"):
         with pytest.raises(MountctlError, match="HOST:PORT"):
             parse_listen(bad)
+
+
+def test_a_training_mounts_bound_grows_with_what_the_plan_reads_at_once():
+    from mountctl.pytorch.data.sources.mountpoint import memory_bound_mb
+
+    one, four = memory_bound_mb(1), memory_bound_mb(4)
+    assert 4 * 64 <= four - one + 64 and four > one >= 128 + 16  # above what rclone needs to run
+    assert memory_bound_mb(4, shards_ahead=2) == memory_bound_mb(12)
+    MountSpec(uri="s3://bkt/", mount_dir="/m", memory_mb=memory_bound_mb(0))  # valid even for no workers

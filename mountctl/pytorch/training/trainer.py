@@ -227,7 +227,7 @@ def train(config: TrainConfig, *, settings: S3Settings | None = None, out: TextI
 
     with open_source(config.source_kind, config.uri, settings, backend=config.backend, mount_dir=config.mount_dir,
                      cache=config.cache, cache_dir=config.cache_dir, cache_size_mb=config.cache_size_mb,
-                     read_ahead=config.read_ahead) as source:
+                     read_ahead=config.read_ahead, readers=max(1, num_workers)) as source:
         monitor = ThroughputMonitor(manifest.num_images, warmup_batches=config.warmup_batches)
         callbacks: list[Any] = [monitor]
         sample_log = SampleLog(config.sample_log) if config.sample_log else None

@@ -12,7 +12,19 @@ from typing import Any, BinaryIO
 from mountctl import S3Settings, parse_s3_uri, s3
 from mountctl.pytorch.data.sources.reader_state import PerProcessState
 
-__all__ = ["MountpointSource", "mountpoint_source", "FileReader", "add_mountpoint_arguments", "mountpoint_options"]
+__all__ = ["MountpointSource", "mountpoint_source", "FileReader", "add_mountpoint_arguments", "mountpoint_options",
+           "memory_bound_mb"]
+
+# What a mount program needs besides its read buffers, and what one reader streaming a shard needs in them
+# (rclone's default 32 MiB read-ahead plus chunks in flight; s3fs needs far less, it reads through files).
+_PROGRAM_MB = 128
+_PER_READER_MB = 64
+
+
+def memory_bound_mb(readers: int, shards_ahead: int = 0) -> int:
+    """The mount's memory bound for ``readers`` processes on this node each reading one shard at a time
+    (plus ``shards_ahead`` warmed ahead by each): what the plan reads at once, and no more."""
+    return _PROGRAM_MB + _PER_READER_MB * max(1, readers) * (1 + max(0, shards_ahead))
 
 
 @dataclass
@@ -96,7 +108,8 @@ class MountpointSource:
 @contextlib.contextmanager
 def mountpoint_source(uri: str, settings: S3Settings, *, backend: str = "auto", mount_dir: str | None = None,
                       cache: bool = True, cache_dir: str | None = None, cache_size_mb: int | None = None,
-                      read_ahead: bool = False, shards_ahead: int = 2, **_: Any) -> Iterator[MountpointSource]:
+                      read_ahead: bool = False, shards_ahead: int = 2, readers: int | None = None,
+                      memory_mb: int | None = None, **_: Any) -> Iterator[MountpointSource]:
     """Mount ``uri`` read-only for the run; ranks on one node share the one mount.
 
     The mount program gets exactly ``settings`` (endpoint, region, credentials), so this
@@ -104,7 +117,9 @@ def mountpoint_source(uri: str, settings: S3Settings, *, backend: str = "auto", 
     With ``cache`` (the default) the program keeps what it read on the node's disk
     (``$MOUNTCTL_HOME/cache`` or ``cache_dir``; size: the prefix's bytes, at most half the
     free disk, or ``cache_size_mb``) for the mount's lifetime, and with ``read_ahead`` (off by
-    default) each reader warms its next ``shards_ahead`` shards into it.
+    default) each reader warms its next ``shards_ahead`` shards into it.  ``readers`` (DataLoader
+    workers per rank) bounds the program's memory to what the plan reads at once, for every rank
+    on this node (``LOCAL_WORLD_SIZE``); ``memory_mb`` sets the bound instead.
     """
     import mountctl
 
@@ -114,9 +129,14 @@ def mountpoint_source(uri: str, settings: S3Settings, *, backend: str = "auto", 
         dataset_bytes = sum(s3.list_object_sizes(s3.short_client(settings), location.bucket,
                                                  location.prefix).values())
         options = mountctl.cache_options(dataset_bytes, cache_dir, cache_size_mb)
+    if memory_mb is None and readers is not None:
+        local_ranks = int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)
+        memory_mb = memory_bound_mb(readers * local_ranks, shards_ahead if read_ahead and cache else 0)
+    if memory_mb is not None:
+        options["memory_mb"] = memory_mb
     with mountctl.mount(uri, mount_dir, backend=backend, settings=settings, **options) as mounted:
         record = None
-        if read_ahead and options:
+        if read_ahead and "cache_dir" in options:
             record = os.path.join(mountctl.mount_cache_dir(options["cache_dir"], mounted.path), "read-ahead")
             os.makedirs(record, mode=0o700, exist_ok=True)
         yield MountpointSource(root=mounted.path, backend=mounted.backend, mount_pid=mounted.pid,

@@ -228,3 +228,29 @@ def test_a_training_mounts_bound_grows_with_what_the_plan_reads_at_once():
     assert 4 * 64 <= four - one + 64 and four > one >= 128 + 16  # above what rclone needs to run
     assert memory_bound_mb(4, shards_ahead=2) == memory_bound_mb(12)
     MountSpec(uri="s3://bkt/", mount_dir="/m", memory_mb=memory_bound_mb(0))  # valid even for no workers
+
+
+def test_the_exporter_serves_its_three_paths_over_http():
+    import urllib.error
+    import urllib.request
+
+    from mountctl.shared.exporter import Exporter
+
+    with Exporter("127.0.0.1", 0, timeout_s=1.0) as exporter:
+        host, port = exporter.address
+        base = f"http://{host}:{port}"
+
+        def get(path: str) -> tuple[int, str, str]:
+            try:
+                with urllib.request.urlopen(base + path, timeout=10) as response:
+                    return response.status, response.headers["Content-Type"], response.read().decode()
+            except urllib.error.HTTPError as exc:
+                return exc.code, exc.headers["Content-Type"], exc.read().decode()
+
+        assert get("/healthz")[0] == 200
+        code, _, body = get("/readyz")
+        assert code == 200 and body.startswith("ready:")  # this test session's registry has no mounts
+        code, content_type, body = get("/metrics")
+        assert code == 200 and content_type.startswith("text/plain; version=")
+        assert "# TYPE mountctl_mount_up gauge" in body
+        assert get("/nope")[0] == 404

@@ -8,6 +8,7 @@ waiting and stopping belong to the supervisor.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import subprocess
@@ -130,6 +131,10 @@ class Rclone(Backend):
         return rclone_memory_flags(argv + self._extra(spec), spec.memory_mb)
 
     def environment(self, spec: MountSpec, settings: S3Settings, workdir: str) -> dict[str, str]:
+        # Called before every start: a killed rclone leaves its socket behind, and a new one would fail
+        # to bind it ("address already in use") and exit before mounting.
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(rclone_rc_socket(workdir))
         env = settings.child_env()
         if spec.memory_mb:
             # Go's soft limit: the collector works harder near the bound instead of growing the heap past it.

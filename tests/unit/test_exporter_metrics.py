@@ -156,8 +156,10 @@ def test_rclone_gets_a_go_memory_limit_and_a_private_remote_control(tmp_path):
     spec = MountSpec(uri="s3://bkt/", mount_dir=str(tmp_path / "m"), backend="rclone", memory_mb=300)
     settings = S3Settings(endpoint_url="http://127.0.0.1:1", region="us-east-1", access_key_id="AK",
                           secret_access_key="SECRET")
+    (tmp_path / "rc.sock").write_text("")  # left by a killed rclone: the next one could not bind it
     env = BACKENDS["rclone"].environment(spec, settings, str(tmp_path))
     assert env["GOMEMLIMIT"] == "300MiB"
+    assert not (tmp_path / "rc.sock").exists()
     try:
         argv = BACKENDS["rclone"].command(spec, settings, str(tmp_path))
     except MountctlError:

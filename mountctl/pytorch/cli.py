@@ -145,7 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--warmup-batches", type=int, default=5, help="batches per epoch left out of images/s")
     train.add_argument("--no-progress", action="store_true", help="no progress bar")
     train.add_argument("--log-dir", default=None, help="write loss and img/s every 10 steps to "
-                       "DIR/version_N/metrics.csv (Lightning's CSVLogger); default: no metrics file")
+                       "DIR/version_N/metrics.csv and a TensorBoard event file beside it; default: no metrics files")
     train.add_argument("--decode", choices=DECODE_CHOICES, default="auto",
                        help="where JPEGs are decoded: cpu (DataLoader workers), gpu (workers yield bytes, the "
                        "training GPU decodes with nvJPEG), auto (gpu when training on CUDA, else cpu)")

@@ -12,17 +12,13 @@ from typing import Any
 import lightning
 import torch
 
-from mountctl.pytorch.data.dataset import EpochLoader, ShardDataset
+from mountctl.pytorch.data.dataset import BATCH_TIMEOUT_S, EpochLoader, ShardDataset, check_same_order
 from mountctl.pytorch.data.device_decode import transfer_encoded_batch
 from mountctl.pytorch.data.manifest import Manifest
-from mountctl.pytorch.data.plan import Span, consumed_after
 from mountctl.pytorch.errors import CheckpointError
 
 __all__ = ["ShardDataModule", "BATCH_TIMEOUT_S"]
 
-# A bound on waiting for any one batch from a worker.  A wedged mount is the watchdog's to
-# replace (open_resilient then reads on); this only stops a run from hanging for ever.
-BATCH_TIMEOUT_S = 600.0
 
 
 class ShardDataModule(lightning.LightningDataModule):
@@ -47,9 +43,8 @@ class ShardDataModule(lightning.LightningDataModule):
         dataset = ShardDataset(self.manifest, self.source, batch_size=self.batch_size, seed=self.seed,
                                rank=trainer.global_rank, world_size=trainer.world_size,
                                shuffle_buffer=self.shuffle_buffer, decode=self.decode)
-        resume = self._resume
-        if resume is not None and len(resume["consumed"]) and resume["samples"] < self.manifest.num_images:
-            dataset.resume_at(tuple((lo, hi) for lo, hi in resume["consumed"]), resume["steps"])
+        if self._resume is not None:
+            dataset.resume_from(self._resume)  # the epoch is set again from the trainer's when it starts
         self._dataset = dataset
         extra: dict[str, Any] = {"prefetch_factor": 2, "timeout": BATCH_TIMEOUT_S} if self.num_workers > 0 else {}
         # Workers are not persistent: each epoch's workers must start from that epoch's plan.
@@ -78,21 +73,13 @@ class ShardDataModule(lightning.LightningDataModule):
         trainer, dataset = self.trainer, self._dataset
         if dataset is None or trainer is None:
             return dict(self._resume or {})
-        steps = trainer.global_step - self._start_step
-        consumed: tuple[Span, ...] = consumed_after(
-            self.manifest.num_images, dataset.consumed, world_size=trainer.world_size, batch_size=self.batch_size,
-            num_workers=self.num_workers, steps=steps)
-        return {"epoch": dataset.epoch, "consumed": [list(span) for span in consumed],
-                "samples": sum(hi - lo for lo, hi in consumed), "steps": dataset.steps_before + steps,
-                "seed": self.seed, "window": self.shuffle_buffer}
+        return dataset.position(trainer.global_step - self._start_step, self.num_workers)
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        # The global order depends on these two; ranks, workers and batch size may change.
-        if state_dict and (state_dict.get("seed"), state_dict.get("window")) != (self.seed, self.shuffle_buffer):
-            raise CheckpointError(f"the checkpoint was trained with --seed {state_dict.get('seed')} and "
-                                  f"--shuffle-buffer {state_dict.get('window')}; resume with the same ones, or "
-                                  "drop --resume to start afresh")
+        # The global order depends on the seed and window; ranks, workers and batch size may change.
+        check_same_order(state_dict, self.seed, self.shuffle_buffer)
         self._resume = dict(state_dict) if state_dict else None
+
 
 class MapDataModule(lightning.LightningDataModule):
     """Map-style data (files layout, or random access into indexed shards): one object read per sample.

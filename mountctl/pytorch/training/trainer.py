@@ -95,7 +95,7 @@ class TrainConfig:
     warmup_batches: int = 5
     progress: bool = True
     arch: str = "resnet50"  # --arch: the published example trains ResNet-50; smaller ones make quick tests
-    log_dir: str | None = None  # Lightning's CSVLogger: DIR/version_N/metrics.csv (loss, img/s); None: no logger
+    log_dir: str | None = None  # DIR/version_N/: metrics.csv and TensorBoard events (loss, img/s); None: no logger
     decode: str = "auto"  # where JPEGs are decoded: cpu (workers), gpu (the training device), auto
     checkpoint_every_n_steps: int = 0  # 0: last.ckpt only at epoch ends and when training stops
     sample_log: str | None = None  # FILE (FILE.rank<N> per rank when several): "key epoch global_step rank" lines
@@ -198,6 +198,20 @@ def _datamodule(config: TrainConfig, manifest: Any, source: Any, num_workers: in
                            decode=decode)
 
 
+def _loggers(log_dir: str | None) -> list[Any]:
+    """``--log-dir``: Lightning's CSVLogger and a TensorBoardLogger, both in ``DIR/version_N``.
+
+    Every metric logged with ``self.log`` (loss, img/s, and any callback's, such as a
+    data-wait fraction) reaches both: nothing here names the metrics.
+    """
+    if not log_dir:
+        return []
+    from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
+
+    csv_logger = CSVLogger(log_dir, name="")
+    return [csv_logger, TensorBoardLogger(log_dir, name="", version=csv_logger.version, default_hp_metric=False)]
+
+
 def train(config: TrainConfig, *, settings: S3Settings | None = None, out: TextIO | None = None) -> dict[str, Any]:
     """Train as configured; return the summary (and print it as one JSON line on rank 0)."""
     from mountctl.pytorch.training.checkpoint import CheckpointTarget
@@ -215,7 +229,6 @@ def train(config: TrainConfig, *, settings: S3Settings | None = None, out: TextI
     # Lightning and torchvision load only now: a bad endpoint or dataset fails in a second.
     import lightning
     import torch
-    from lightning.pytorch.loggers import CSVLogger
 
     from mountctl.pytorch.training.model import ResNetClassifier
     from mountctl.pytorch.training.sample_log import SampleLog
@@ -238,13 +251,13 @@ def train(config: TrainConfig, *, settings: S3Settings | None = None, out: TextI
         if saver is not None:
             callbacks.append(saver)
         plugin = target.plugin(settings) if target is not None else None
-        logger: CSVLogger | None = CSVLogger(config.log_dir, name="") if config.log_dir else None
+        loggers = _loggers(config.log_dir)
         trainer = lightning.Trainer(
             accelerator=config.accelerator, devices=config.devices, num_nodes=config.num_nodes,
             strategy=config.strategy,
             precision=precision,  # type: ignore[arg-type]  # one of PRECISIONS, checked by the CLI
             max_epochs=config.epochs_limit, max_steps=config.max_steps, callbacks=callbacks,
-            plugins=[plugin] if plugin is not None else None, logger=logger or False, enable_checkpointing=False,
+            plugins=[plugin] if plugin is not None else None, logger=loggers or False, enable_checkpointing=False,
             use_distributed_sampler=False, enable_progress_bar=config.progress, enable_model_summary=False,
             num_sanity_val_steps=0, log_every_n_steps=_LOG_EVERY_N_STEPS,
             reload_dataloaders_every_n_epochs=1)  # an epoch resumed mid-way has its own length
@@ -258,7 +271,7 @@ def train(config: TrainConfig, *, settings: S3Settings | None = None, out: TextI
                            precision=precision, decode=decode, resumed_from=resume_from,
                            resumed_from_step=saver.started_at_step if resume_from and saver is not None else None,
                            checkpoint=target.last if target is not None and saver is not None and saver.saves else None,
-                           metrics_csv=os.path.join(logger.log_dir, "metrics.csv") if logger is not None else None)
+                           metrics_csv=os.path.join(loggers[0].log_dir, "metrics.csv") if loggers else None)
     if trainer.is_global_zero:
         print(json.dumps(summary), file=out or sys.stdout, flush=True)
     return summary

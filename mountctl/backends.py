@@ -269,6 +269,9 @@ MIB = 1 << 20
 # rclone 1.75: 66 MiB RSS idle, ~30 MiB more while 4 readers stream (FUSE, HTTP, goroutines) with its buffers at
 # their smallest; the rest of the bound is its budget for read buffers.
 _RCLONE_BASE_MB = 104
+# With less than 48 MiB of buffers (a 12 MiB --max-buffer-memory) four readers with 16 chunk streams each
+# stalled for minutes; with 48 they streamed at 141 MiB RSS.
+_RCLONE_MIN_MB = _RCLONE_BASE_MB + 48
 _S3FS_BASE_MB = 24  # an idle s3fs 1.90 mount: 15 MiB RSS measured
 _MOUNT_S3_BASE_MB = 64
 _BOUNDED_READERS = 4  # files read at once that each get a full share of the budget
@@ -281,8 +284,8 @@ def rclone_memory_flags(argv: list[str], memory_mb: int | None) -> list[str]:
     ``_BOUNDED_READERS`` files gets ``--vfs-read-chunk-streams`` x ``--vfs-read-chunk-size`` within its share)."""
     if not memory_mb:
         return argv
-    if memory_mb < _RCLONE_BASE_MB + 16:
-        raise InvalidSpec(f"rclone needs a memory bound of at least {_RCLONE_BASE_MB + 16} MiB (it uses about "
+    if memory_mb < _RCLONE_MIN_MB:
+        raise InvalidSpec(f"rclone needs a memory bound of at least {_RCLONE_MIN_MB} MiB (it uses about "
                           f"{_RCLONE_BASE_MB} while reading before any buffer), not {memory_mb}; raise memory_mb "
                           "or choose s3fs, which reads through temporary files")
     budget = memory_mb - _RCLONE_BASE_MB

@@ -148,8 +148,9 @@ def test_rclone_bound_keeps_flags_already_under_it():
 
 
 def test_rclone_refuses_a_bound_below_what_it_needs_to_run():
-    with pytest.raises(InvalidSpec, match="at least 120 MiB"):
-        rclone_memory_flags(["rclone"], 100)
+    with pytest.raises(InvalidSpec, match="at least 152 MiB"):
+        rclone_memory_flags(["rclone"], 151)
+    assert "--max-buffer-memory" in rclone_memory_flags(["rclone"], 152)
 
 
 def test_rclone_gets_a_go_memory_limit_and_a_private_remote_control(tmp_path):
@@ -227,7 +228,7 @@ def test_a_training_mounts_bound_grows_with_what_the_plan_reads_at_once():
     from mountctl.pytorch.data.sources.mountpoint import memory_bound_mb
 
     one, four = memory_bound_mb(1), memory_bound_mb(4)
-    assert 4 * 64 <= four - one + 64 and four > one >= 128 + 16  # above what rclone needs to run
+    assert 4 * 64 <= four - one + 64 and four > one >= 152  # at least what rclone needs to read
     assert memory_bound_mb(4, shards_ahead=2) == memory_bound_mb(12)
     MountSpec(uri="s3://bkt/", mount_dir="/m", memory_mb=memory_bound_mb(0))  # valid even for no workers
 

@@ -20,7 +20,7 @@ import argparse
 import json
 import sys
 
-from mountctl import BACKEND_NAMES, MountctlError
+from mountctl import BACKEND_NAMES, ArgumentParser, MountctlError
 from mountctl.pytorch.data.device_decode import DECODE_CHOICES
 from mountctl.pytorch.data.sources import SOURCE_KINDS  # light: the kinds import their libraries on use
 from mountctl.pytorch.data.sources.mountpoint import add_mountpoint_arguments
@@ -54,7 +54,7 @@ def _train(args: argparse.Namespace) -> int:
         shuffle_buffer=args.shuffle_buffer, warmup_batches=args.warmup_batches, progress=not args.no_progress,
         log_dir=args.log_dir, decode=args.decode, checkpoint_every_n_steps=args.checkpoint_every_n_steps,
         sample_log=args.sample_log, num_nodes=args.num_nodes, arch=args.arch, random_access=args.random_access,
-        **mountpoint_options(args)))
+        data_wait_threshold=args.data_wait_threshold, metrics_port=args.metrics_port, **mountpoint_options(args)))
     return 0
 
 
@@ -84,8 +84,11 @@ def _demo(args: argparse.Namespace) -> int:
     return 0 if all(row["status"] == 0 and row["summary"] for row in rows) else 1
 
 
+_Parser = ArgumentParser  # the core's: a usage error is one line and exits 1, like every other error
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="resnet.py", description=DESCRIPTION, epilog=__doc__.split("\n\n", 1)[1],
+    parser = _Parser(prog="resnet.py", description=DESCRIPTION, epilog=__doc__.split("\n\n", 1)[1],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
 
@@ -132,7 +135,8 @@ def build_parser() -> argparse.ArgumentParser:
                        "(s3torchconnector), fsspec+s3://bucket/prefix/ (s3fs), mount[+PROGRAM]://bucket/prefix/ (a "
                        "read-write mountctl mount for the run) or a path")
     train.add_argument("--checkpoint-every-n-steps", type=int, default=0, metavar="N",
-                       help="also write last.ckpt every N steps (default: only at epoch ends and at the end)")
+                       help="also write last.ckpt every N steps; 0 (the default) is off: only at epoch ends and "
+                       "at the end")
     train.add_argument("--resume", action="store_true", help="continue from last.ckpt in --checkpoint-dir, in "
                        "mid-epoch at the first sample its steps had not trained (any number of ranks and workers)")
     train.add_argument("--sample-log", default=None, metavar="FILE",
@@ -149,6 +153,11 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--decode", choices=DECODE_CHOICES, default="auto",
                        help="where JPEGs are decoded: cpu (DataLoader workers), gpu (workers yield bytes, the "
                        "training GPU decodes with nvJPEG), auto (gpu when training on CUDA, else cpu)")
+    train.add_argument("--data-wait-threshold", type=float, default=0.2, metavar="F",
+                       help="say so (one line) when an epoch spends more than this share of its step time waiting "
+                       "for data (default 0.2); the share is data_wait_fraction in the summary and metrics.csv")
+    train.add_argument("--metrics-port", type=int, default=None, metavar="N",
+                       help="rank 0 serves data_wait_fraction for Prometheus on 127.0.0.1:N/metrics while it trains")
     train.add_argument("--random-access", action="store_true", help="indexed shards: read map-style, one ranged "
                        "read per sample, for a global shuffle (the files layout is always read map-style)")
     add_mountpoint_arguments(train)

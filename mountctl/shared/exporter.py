@@ -65,7 +65,8 @@ def collect_rows(rows: Iterable[dict[str, Any]]) -> Iterator[Metric]:
         latency = row["health"].get("latency_s")
         if latency is not None:
             probe.add_metric(labels, float(latency))
-        for family, value in ((cache, row["cache"]["bytes"]), (capacity, row["cache"]["capacity_bytes"]),
+        in_use = row["cache"] or {}
+        for family, value in ((cache, in_use.get("bytes")), (capacity, in_use.get("capacity_bytes")),
                               (rss, row["memory"]["rss_bytes"]), (peak, row["memory"]["peak_rss_bytes"]),
                               (bound, row["memory"]["bound_bytes"])):
             if value is not None:

@@ -58,9 +58,6 @@ def mount_figures(record: MountRecord, timeout_s: float) -> dict[str, Any]:
     workdir = _workdir(record)
     if record.backend == "rclone" and workdir and supervisor_alive:
         row["program"] = rclone_figures(rclone_rc_socket(workdir))
-        capacity = row["program"].get("vfs", {}).get("opt", {}).get("CacheMaxSize")
-        if isinstance(capacity, (int, float)) and capacity > 0 and row["cache"]["capacity_bytes"] is not None:
-            row["cache"]["capacity_bytes"] = int(capacity)  # what rclone runs with (the spec's, capped by disk)
     return row
 
 
@@ -85,13 +82,13 @@ def program_memory(pid: int | None) -> dict[str, int | None]:
     return figures
 
 
-def _cache_figures(record: MountRecord) -> dict[str, int | None]:
-    cache_dir = record.spec.get("cache_dir")
-    if not cache_dir:
-        return {"bytes": None, "capacity_bytes": None}
-    size_mb = record.spec.get("cache_size_mb")
-    return {"bytes": directory_bytes(mount_cache_dir(cache_dir, record.mount_dir)),
-            "capacity_bytes": size_mb * MIB if size_mb else None}
+def _cache_figures(record: MountRecord) -> dict[str, Any] | None:
+    """The cache the program runs with (None: none), with the bytes it holds now and its cap in bytes."""
+    if record.cache is None:
+        return None
+    path = record.cache.get("path") or mount_cache_dir(record.cache["cache_dir"], record.mount_dir)
+    size_mb = record.cache.get("cache_size_mb")
+    return {**record.cache, "bytes": directory_bytes(path), "capacity_bytes": size_mb * MIB if size_mb else None}
 
 
 def directory_bytes(path: str) -> int:

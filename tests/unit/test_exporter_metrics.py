@@ -32,7 +32,12 @@ MIB = 1 << 20
 def _record(tmp_path, **changes) -> MountRecord:
     spec = MountSpec(uri="s3://data/train/", mount_dir=str(tmp_path / "m"), backend="s3fs",
                      cache_dir=str(tmp_path / "cache"), cache_size_mb=100, memory_mb=256)
+    from mountctl.cache import mount_cache_dir
+
+    cache = {"cache_dir": spec.cache_dir, "cache_size_mb": 100, "keep_free_mb": 16,
+             "path": mount_cache_dir(spec.cache_dir, spec.mount_dir)}
     base = MountRecord(uri=spec.uri, mount_dir=spec.mount_dir, spec=spec.to_dict(), identity={}, state="recovering",
+                       cache=cache,
                        backend="s3fs", restarts=3, holders=(process_identity(),), supervisor=process_identity(),
                        program_pid=os.getpid(), since=time.time(), last_error="dead: mount program exited")
     return base.replace(**changes)
@@ -66,8 +71,11 @@ def test_cache_bytes_count_the_mounts_own_cache_directory(tmp_path):
     with open(os.path.join(own, "shard.tar"), "wb") as f:
         f.write(os.urandom(3 * MIB))
     row = mount_figures(record, timeout_s=1.0)
-    assert row["cache"]["bytes"] >= 3 * MIB
+    assert row["cache"]["bytes"] >= 3 * MIB and row["cache"]["cache_size_mb"] == 100
     assert _scrape([row])["mountctl_cache_bytes"][0].value == row["cache"]["bytes"]
+    no_cache = mount_figures(record.replace(cache=None), timeout_s=1.0)
+    assert no_cache["cache"] is None  # as `mountctl status` has it: the program runs without one
+    assert "mountctl_cache_bytes" not in {n for n, samples in _scrape([no_cache]).items() if samples}
 
 
 def test_the_programs_current_and_peak_rss_are_read_from_the_kernel():

@@ -41,7 +41,7 @@ __all__ = ["ShardDataset", "EpochLoader", "check_same_order", "BATCH_TIMEOUT_S"]
 BATCH_TIMEOUT_S = 600.0
 
 
-def check_same_order(state: dict[str, Any], seed: int, window: int) -> None:
+def check_same_order(state: dict[str, Any], seed: int, window: int | None) -> None:
     """A saved position is a set of positions of one global order: refuse it under another seed or window."""
     if state and (state.get("seed"), state.get("window")) != (seed, window):
         raise CheckpointError(f"the checkpoint was trained with --seed {state.get('seed')} and "
@@ -182,17 +182,23 @@ class EpochLoader(DataLoader):
     Workers take their copy of the dataset when they start, so starting them at the
     first ``next()`` (when ``epoch_fn()``, e.g. ``trainer.current_epoch``, is the
     epoch being run) gives every epoch, resumed ones included, its own shuffle.
+    The epoch goes to the batch sampler when it has ``set_epoch`` (map-style,
+    ``ExactlyOnceBatchSampler``), else to the dataset (``ShardDataset``, which
+    batches itself).
     """
 
-    def __init__(self, dataset: ShardDataset, *, epoch_fn: Callable[[], int], **kwargs: Any) -> None:
-        super().__init__(dataset, batch_size=None, **kwargs)
+    def __init__(self, dataset: Any, *, epoch_fn: Callable[[], int], **kwargs: Any) -> None:
+        if "batch_sampler" not in kwargs:
+            kwargs["batch_size"] = None  # ShardDataset yields whole batches
+        super().__init__(dataset, **kwargs)
         self._epoch_fn = epoch_fn
 
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]  # batches, not a loader iterator
         return _StartOnFirstBatch(self)
 
     def _start(self) -> Iterator[Any]:
-        self.dataset.set_epoch(int(self._epoch_fn()))  # type: ignore[attr-defined]
+        holder = self.batch_sampler if hasattr(self.batch_sampler, "set_epoch") else self.dataset
+        holder.set_epoch(int(self._epoch_fn()))  # type: ignore[union-attr]
         return super().__iter__()
 
 

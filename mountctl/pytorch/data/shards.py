@@ -19,11 +19,15 @@ from typing import Any, BinaryIO
 import torch
 
 from mountctl.pytorch.data.jpeg import DECODE_ERRORS, decode_jpeg, jpeg_frame
-from mountctl.pytorch.errors import DatasetError, TruncatedShard
+from mountctl.pytorch.errors import DatasetError, TruncatedShard, remake_hint
 
 __all__ = ["RawSample", "read_shard", "decode", "reordered", "batched", "IMAGE_EXTENSIONS"]
 
 IMAGE_EXTENSIONS = ("jpg", "jpeg", "png", "webp")
+# A mount program that S3 stops authorizing (a revoked or expired key) serves files as empty; say so first.
+_NO_BYTES = ("a mount whose program lost access to S3 (a revoked, rotated or expired key: look for 403 or "
+             "AccessDenied in the mount's log) reads like this; if the credentials are good, the shard was "
+             "emptied: re-run `resnet.py make` with the original arguments to rewrite it")
 
 
 @dataclass(frozen=True)
@@ -54,13 +58,19 @@ def _to_raw(name: str, sample: dict[str, Any], index: int) -> RawSample:
         parts = sorted(k for k in sample if not k.startswith("__"))
         raise TruncatedShard(f"shard {name} is truncated or malformed: sample {sample.get('__key__')!r} has "
                              f"only {parts}, not an image ({'/'.join(IMAGE_EXTENSIONS)}) and a .cls label; "
-                             "re-run `resnet.py make` with the original arguments to rewrite it", shard=name)
+                             f"{remake_hint()}", shard=name)
     try:
         label = int(sample["cls"])
     except ValueError:
         raise DatasetError(f"sample {sample['__key__']!r} in shard {name} has a .cls that is not an integer "
                            f"label: {bytes(sample['cls'][:20])!r}") from None
     return RawSample(str(sample["__key__"]), index, image, label, name)
+
+
+def _reason(exc: BaseException) -> str:
+    """A tar error's own words: webdataset appends the stream and URL to ``args`` (so ``str()`` is a tuple)."""
+    first = exc.args[0] if exc.args else exc
+    return str(first).split(" @ ")[0].strip("() ") or type(exc).__name__
 
 
 def read_shard(name: str, stream: BinaryIO, *, first_index: int, start: int, stop: int,
@@ -80,13 +90,16 @@ def read_shard(name: str, stream: BinaryIO, *, first_index: int, start: int, sto
                 yield _to_raw(name, sample, first_index + position)
             position += 1
     except (tarfile.TarError, EOFError) as exc:
+        if position == 0 and "empty file" in str(exc):
+            raise TruncatedShard(f"shard {name} gave no bytes at all: {_NO_BYTES}", shard=name) from None
         raise TruncatedShard(f"shard {name} is truncated or corrupt after {position} of {expected} samples "
-                             f"({str(exc).split(' @ ')[0]}); re-run `resnet.py make` with the original "
-                             "arguments to rewrite it", shard=name) from None
+                             f"({_reason(exc)}); {remake_hint()}", shard=name) from None
+    if position == 0 < stop:
+        raise TruncatedShard(f"shard {name} held no sample where the manifest says {expected}: {_NO_BYTES}",
+                             shard=name)
     if position < stop:
         raise TruncatedShard(f"shard {name} ended after {position} samples but the manifest says {expected}; "
-                             "it was truncated or overwritten: re-run `resnet.py make` with the original "
-                             "arguments to rewrite it", shard=name)
+                             f"it was truncated or overwritten: {remake_hint()}", shard=name)
 
 
 def decode(sample: RawSample, image_size: int) -> tuple[torch.Tensor, int, int]:
@@ -110,7 +123,7 @@ def decode(sample: RawSample, image_size: int) -> tuple[torch.Tensor, int, int]:
         image = opened.convert("RGB")
     except (OSError, SyntaxError, ValueError, *DECODE_ERRORS) as exc:  # what Pillow and TorchCodec raise
         raise DatasetError(f"sample {sample.key!r} in shard {sample.shard} is not a decodable image "
-                           f"({exc}); re-run `resnet.py make` or fix the shard") from None
+                           f"({exc}); {remake_hint()}") from None
     if image.size != (image_size, image_size):
         scale = image_size / min(image.size)
         width, height = max(image_size, round(image.width * scale)), max(image_size, round(image.height * scale))

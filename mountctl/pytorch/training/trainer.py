@@ -19,8 +19,10 @@ from mountctl.pytorch.data.device_decode import resolve_decode
 from mountctl.pytorch.data.manifest import check_shards_present, load_manifest
 from mountctl.pytorch.data.sources import check_source_choice, open_source
 from mountctl.pytorch.notices import quiet_known_notices
+from mountctl.pytorch.worker_tmp import worker_tempdir
 
-__all__ = ["TrainConfig", "train", "default_precision", "precision_rule", "cpu_flags", "default_num_workers", "ARCHITECTURES"]
+__all__ = ["TrainConfig", "train", "default_precision", "precision_rule", "cpu_flags", "default_num_workers", "ARCHITECTURES",
+           "check_writable_file"]
 
 # With --log-dir, a metrics.csv row every this many steps (Lightning's default of 50 leaves short runs empty).
 _LOG_EVERY_N_STEPS = 10
@@ -72,6 +74,43 @@ def default_precision(accelerator: str = "auto") -> str:
     return precision_rule(cuda=cuda, flags=flags, cuda_bf16=cuda and torch.cuda.is_bf16_supported())
 
 
+def check_writable_file(path: str, flag: str) -> None:
+    """Fail before training when ``path`` cannot be appended to; create nothing and leave nothing.
+
+    ``os.access`` says yes to root on a read-only directory, so the file is really opened: an existing
+    one for appending (unchanged), a new one exclusively and removed again.
+    """
+    where = os.path.abspath(path)
+    parent = os.path.dirname(where)
+    if not os.path.isdir(parent):
+        what = "is not a directory" if os.path.exists(parent) else "does not exist"
+        raise InvalidSpec(f"{flag} {path}: its directory {parent} {what}; create it or choose another path")
+    if os.path.isdir(where):
+        raise InvalidSpec(f"{flag} {path} is a directory; give a file name in it, e.g. {os.path.join(path, 'x.log')}")
+    created = False
+    try:
+        try:
+            with open(where, "x", encoding="utf-8"):
+                created = True
+        except FileExistsError:  # there already (or another rank's check made it a moment ago): left as it is
+            with open(where, "a", encoding="utf-8"):
+                pass
+    except OSError as exc:
+        raise InvalidSpec(f"{flag} {path} cannot be written ({exc.strerror}); choose a writable path") from None
+    if created:
+        os.unlink(where)
+
+
+def _check_accelerator(accelerator: str) -> None:
+    """``--accelerator gpu`` on a machine without one: our one line, not Lightning's traceback."""
+    if accelerator in ("gpu", "cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise InvalidSpec(f"--accelerator {accelerator}: no CUDA GPU is visible to this process; use "
+                              "--accelerator cpu (or auto), or check CUDA_VISIBLE_DEVICES and the driver")
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     uri: str
@@ -105,6 +144,8 @@ class TrainConfig:
     cache_dir: str | None = None  # None: $MOUNTCTL_HOME/cache
     cache_size_mb: int | None = None  # None: the dataset's size, at most half the free disk
     read_ahead: bool = False  # mountpoint kind, with the cache: warm each reader's next shards (measured slower here)
+    data_wait_threshold: float = 0.2  # above this share of step time waiting for data, one line says what to try
+    metrics_port: int | None = None  # rank 0 serves data_wait_fraction on 127.0.0.1:PORT/metrics (Prometheus)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "uri", str(parse_s3_uri(self.uri)))
@@ -129,11 +170,23 @@ class TrainConfig:
             raise InvalidSpec(f"--lr must be positive, not {self.lr}")
         if self.arch not in ARCHITECTURES:
             raise InvalidSpec(f"unknown architecture {self.arch!r}: choose one of {', '.join(ARCHITECTURES)}")
+        _check_accelerator(self.accelerator)
         resolve_decode(self.decode, self.accelerator)  # --decode gpu without CUDA fails here
         if self.shuffle_buffer < 0 or self.warmup_batches < 0:
             raise InvalidSpec("--shuffle-buffer and --warmup-batches cannot be negative")
+        if not 0 < self.data_wait_threshold <= 1:
+            raise InvalidSpec(f"--data-wait-threshold must be in (0, 1], not {self.data_wait_threshold}")
+        if self.metrics_port is not None and not 0 < self.metrics_port < 65536:
+            raise InvalidSpec(f"--metrics-port must be a TCP port (1-65535), not {self.metrics_port}")
         if self.cache_size_mb is not None and self.cache_size_mb < 1:
             raise InvalidSpec(f"--cache-size-mb must be positive, not {self.cache_size_mb}")
+        # Both fail here, before S3 is asked anything: a wrong spelling, a log file that cannot be written.
+        if self.checkpoint_dir:
+            from mountctl.pytorch.training.checkpoint import CheckpointTarget
+
+            CheckpointTarget.parse(self.checkpoint_dir)
+        if self.sample_log:
+            check_writable_file(self.sample_log, "--sample-log")
 
     @property
     def learning_rate(self) -> float:
@@ -215,6 +268,7 @@ def _loggers(log_dir: str | None) -> list[Any]:
 def train(config: TrainConfig, *, settings: S3Settings | None = None, out: TextIO | None = None) -> dict[str, Any]:
     """Train as configured; return the summary (and print it as one JSON line on rank 0)."""
     from mountctl.pytorch.training.checkpoint import CheckpointTarget
+    from mountctl.pytorch.training.data_wait import DataWaitMonitor
 
     settings = settings or resolve()
     manifest = load_manifest(settings, config.uri)
@@ -238,11 +292,15 @@ def train(config: TrainConfig, *, settings: S3Settings | None = None, out: TextI
     quiet_known_notices()
     lightning.seed_everything(config.seed, verbose=False)
 
-    with open_source(config.source_kind, config.uri, settings, backend=config.backend, mount_dir=config.mount_dir,
+    # worker_tempdir: the DataLoader workers' pymp-* directories are one, and removed even when a run is cut short.
+    with worker_tempdir(), open_source(config.source_kind, config.uri, settings, backend=config.backend, mount_dir=config.mount_dir,
                      cache=config.cache, cache_dir=config.cache_dir, cache_size_mb=config.cache_size_mb,
-                     read_ahead=config.read_ahead, readers=max(1, num_workers)) as source:
+                     read_ahead=config.read_ahead, dataset_bytes=manifest.total_bytes,
+                     readers=max(1, num_workers)) as source:
         monitor = ThroughputMonitor(manifest.num_images, warmup_batches=config.warmup_batches)
-        callbacks: list[Any] = [monitor]
+        data_wait = DataWaitMonitor(config.source_kind, threshold=config.data_wait_threshold,
+                                    warmup_batches=config.warmup_batches, metrics_port=config.metrics_port)
+        callbacks: list[Any] = [monitor, data_wait]
         sample_log = SampleLog(config.sample_log) if config.sample_log else None
         if sample_log is not None:
             callbacks.append(sample_log)
@@ -272,6 +330,7 @@ def train(config: TrainConfig, *, settings: S3Settings | None = None, out: TextI
                            resumed_from_step=saver.started_at_step if resume_from and saver is not None else None,
                            checkpoint=target.last if target is not None and saver is not None and saver.saves else None,
                            metrics_csv=os.path.join(loggers[0].log_dir, "metrics.csv") if loggers else None)
+        summary.update(data_wait.summary())
     if trainer.is_global_zero:
         print(json.dumps(summary), file=out or sys.stdout, flush=True)
     return summary

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import multiprocessing.util
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -10,34 +11,70 @@ from typing import Any, BinaryIO
 
 from mountctl import S3Settings, parse_s3_uri
 from mountctl.pytorch.data.sources.reader_state import PerProcessState
+from mountctl.pytorch.data.sources.refreshing import Credentials, RefreshingStream, buffered
 
-__all__ = ["FsspecSource", "fsspec_source", "FsspecReader"]
+__all__ = ["FsspecSource", "fsspec_source", "FsspecReader", "close_filesystem"]
+
+_CLOSE_TIMEOUT_S = 5.0
+
+
+def close_filesystem(filesystem: Any) -> None:
+    """Close an ``S3FileSystem``'s client on fsspec's loop now, while that loop still runs.
+
+    Left to s3fs's own finalizer, the close runs when a DataLoader worker exits, after fsspec's
+    loop thread is gone, and aiobotocore prints "Task exception was never retrieved ... attached to
+    a different loop".
+    """
+    creator = getattr(filesystem, "_s3creator", None)
+    if creator is None:
+        return
+    from s3fs.core import FSTimeoutError, sync  # fsspec's, as s3fs uses them
+
+    filesystem._s3 = filesystem._s3creator = None
+    with contextlib.suppress(FSTimeoutError):  # a close that does not finish in time is abandoned, not waited on
+        sync(filesystem.loop, creator.__aexit__, None, None, None, timeout=_CLOSE_TIMEOUT_S)
 
 
 @dataclass
 class FsspecReader(PerProcessState):
     """Map-style reads through s3fs: one ``cat_file`` (a GET, ranged for ``offset``) per sample.
 
-    The ``S3FileSystem`` is made in the process that reads (after a DataLoader's fork).
+    The ``S3FileSystem`` is made in the process that reads (after a DataLoader's fork) and closed
+    when that process ends (or at ``close``).
     """
 
     paths: tuple[str, ...]  # bucket/prefix/name
     settings: S3Settings
 
     def __post_init__(self) -> None:
-        self._filesystem: Any = None
+        self._credentials = Credentials(self.settings, "fsspec")
         self._pid = 0
 
     def read(self, j: int, offset: int | None = None, length: int | None = None) -> bytes:
-        if self._filesystem is None or self._pid != os.getpid():
-            import s3fs
+        if self._pid != os.getpid():
+            self._credentials, self._pid = Credentials(self.settings, "fsspec"), os.getpid()
+            # A DataLoader worker ends through multiprocessing, which runs these finalizers (not atexit).
+            multiprocessing.util.Finalize(self, self._credentials.close, exitpriority=10)
 
-            # skip_instance_cache: an instance cached before fork would carry the parent's event loop.
-            self._filesystem = s3fs.S3FileSystem(skip_instance_cache=True, **self.settings.s3fs_options())
-            self._pid = os.getpid()
-        if offset is None or length is None:
-            return bytes(self._filesystem.cat_file(self.paths[j]))
-        return bytes(self._filesystem.cat_file(self.paths[j], start=offset, end=offset + length))
+        def once() -> bytes:
+            filesystem = self._credentials.client("fs", _filesystem, close_filesystem)
+            if offset is None or length is None:
+                return bytes(filesystem.cat_file(self.paths[j]))
+            return bytes(filesystem.cat_file(self.paths[j], start=offset, end=offset + length))
+
+        return self._credentials.call(self.paths[j], once)
+
+    def close(self) -> None:
+        if self._pid == os.getpid():
+            self._credentials.close()
+
+
+def _filesystem(settings: S3Settings) -> Any:
+    import s3fs
+
+    # skip_instance_cache: an instance cached before fork would carry the parent's event loop, and one
+    # cached for other credentials would keep sending the old keys.
+    return s3fs.S3FileSystem(skip_instance_cache=True, **settings.s3fs_options())
 
 
 @dataclass(frozen=True)
@@ -48,13 +85,22 @@ class FsspecSource:
     kind: str = "fsspec"
 
     def open_shards(self, names: Sequence[str]) -> Iterator[tuple[str, BinaryIO]]:
-        import s3fs
+        # The file system is made here, in the worker (one made before fork breaks its event loop), and
+        # made again with credentials resolved again when S3 refuses them.
+        credentials = Credentials(self.settings, self.kind)
+        try:
+            for name in names:
+                def open_at(offset: int, path: str = self.path + name) -> BinaryIO:
+                    f = credentials.client("fs", _filesystem, close_filesystem).open(
+                        path, "rb", block_size=self.block_size, cache_type="readahead")
+                    if offset:
+                        f.seek(offset)
+                    return f
 
-        # Made here, in the worker: an S3FileSystem created before fork breaks its event loop.
-        filesystem = s3fs.S3FileSystem(**self.settings.s3fs_options())
-        for name in names:
-            with filesystem.open(self.path + name, "rb", block_size=self.block_size, cache_type="readahead") as f:
-                yield name, f
+                with buffered(RefreshingStream("s3://" + self.path + name, credentials, open_at)) as stream:
+                    yield name, stream
+        finally:
+            credentials.close()
 
     def describe(self) -> dict[str, Any]:
         return {"kind": self.kind, "uri": "s3://" + self.path, "endpoint": self.settings.endpoint_url}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, BinaryIO
@@ -31,7 +32,10 @@ def memory_bound_mb(readers: int, shards_ahead: int = 0) -> int:
 class FileReader(PerProcessState):
     """Map-style reads of files under ``root`` (a mount or a local directory): whole, or ``pread`` of a range.
 
-    Range reads keep one descriptor per file per process; threads share it (``pread`` has no file position).
+    Range reads keep one descriptor per file per process; threads share it (``pread`` has no file position),
+    and a lock makes sure two threads never both open one.  ``close`` gives them back: the map-style
+    datamodule calls it when an epoch's dataset is replaced and when training ends, so a process reading
+    without workers neither gathers a descriptor per shard per epoch nor holds the mount busy at unmount.
     """
 
     root: str
@@ -40,23 +44,29 @@ class FileReader(PerProcessState):
     def __post_init__(self) -> None:
         self._fds: dict[int, int] = {}
         self._pid = os.getpid()
+        self._lock = threading.Lock()
 
     def read(self, j: int, offset: int | None = None, length: int | None = None) -> bytes:
         path = os.path.join(self.root, self.names[j])
         if offset is None or length is None:
             with open(path, "rb") as f:
                 return f.read()
-        if self._pid != os.getpid():  # descriptors of the parent are not ours to share after fork
-            self._fds, self._pid = {}, os.getpid()
-        fd = self._fds.get(j)
-        if fd is None:
-            fd = self._fds.setdefault(j, os.open(path, os.O_RDONLY | os.O_CLOEXEC))
+        with self._lock:
+            if self._pid != os.getpid():  # descriptors of the parent are not ours to share after fork
+                self._fds, self._pid = {}, os.getpid()
+            fd = self._fds.get(j)
+            if fd is None:
+                fd = self._fds[j] = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         return os.pread(fd, length, offset)
 
     def close(self) -> None:
-        for fd in self._fds.values():
-            os.close(fd)
-        self._fds = {}
+        with self._lock:
+            fds, self._fds = self._fds, {}
+            if self._pid != os.getpid():
+                return  # the parent's descriptors, copied by fork: closing them here would not free the parent's
+        for fd in fds.values():
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
 
 @dataclass(frozen=True)
@@ -82,14 +92,18 @@ class MountpointSource:
             warmer = Warmer(self.root, names, self.read_ahead_dir, shards_ahead=self.shards_ahead).start()
         try:
             for index, name in enumerate(names):
-                def still_exists(key: str = location.prefix + name) -> bool:
-                    return s3.object_size(s3.short_client(self.settings), location.bucket, key) is not None
+                def size_in_s3(key: str = location.prefix + name) -> int | None:
+                    # None only when the store answers that the object is gone; raises while it is
+                    # unreachable, so an outage is waited out, not called a deletion
+                    return s3.object_size_now(s3.short_client(self.settings), location.bucket, key)
 
                 if warmer is not None:
                     warmer.at(index)
                 # open_resilient reopens and seeks back if the watchdog remounts under us, and
                 # fails at once if S3 no longer has the object.
-                with open_resilient(os.path.join(self.root, name), still_exists=still_exists) as stream:
+                # An early or empty end of file is checked against S3 (s3fs serves a file it can no longer
+                # fetch as empty): a failed read, retried through the remount.
+                with open_resilient(os.path.join(self.root, name), size_in_s3=size_in_s3) as stream:
                     yield name, stream
         finally:
             if warmer is not None:
@@ -108,26 +122,30 @@ class MountpointSource:
 @contextlib.contextmanager
 def mountpoint_source(uri: str, settings: S3Settings, *, backend: str = "auto", mount_dir: str | None = None,
                       cache: bool = True, cache_dir: str | None = None, cache_size_mb: int | None = None,
-                      read_ahead: bool = False, shards_ahead: int = 2, readers: int | None = None,
-                      memory_mb: int | None = None, **_: Any) -> Iterator[MountpointSource]:
+                      read_ahead: bool = False, shards_ahead: int = 2, dataset_bytes: int | None = None,
+                      readers: int | None = None, memory_mb: int | None = None, **_: Any
+                      ) -> Iterator[MountpointSource]:
     """Mount ``uri`` read-only for the run; ranks on one node share the one mount.
 
     The mount program gets exactly ``settings`` (endpoint, region, credentials), so this
     route reads what the other kinds read; ranks making the same request share one mount.
     With ``cache`` (the default) the program keeps what it read on the node's disk
-    (``$MOUNTCTL_HOME/cache`` or ``cache_dir``; size: the prefix's bytes, at most half the
+    (``$MOUNTCTL_HOME/cache`` or ``cache_dir``; size: ``dataset_bytes``, at most half the
     free disk, or ``cache_size_mb``) for the mount's lifetime, and with ``read_ahead`` (off by
-    default) each reader warms its next ``shards_ahead`` shards into it.  ``readers`` (DataLoader
-    workers per rank) bounds the program's memory to what the plan reads at once, for every rank
-    on this node (``LOCAL_WORLD_SIZE``); ``memory_mb`` sets the bound instead.
+    default) each reader warms its next ``shards_ahead`` shards into it.  Pass ``dataset_bytes``
+    from the manifest: without it the size is one LIST of the objects directly under the prefix,
+    which misses the files layout's ``train/<class>/`` objects.  ``readers`` (DataLoader workers
+    per rank) bounds the program's memory to what the plan reads at once, for every rank on this
+    node (``LOCAL_WORLD_SIZE``); ``memory_mb`` sets the bound instead.
     """
     import mountctl
 
     location = parse_s3_uri(uri)
     options: dict[str, Any] = {}
     if cache:
-        dataset_bytes = sum(s3.list_object_sizes(s3.short_client(settings), location.bucket,
-                                                 location.prefix).values())
+        if dataset_bytes is None:
+            dataset_bytes = sum(s3.list_object_sizes(s3.short_client(settings), location.bucket,
+                                                     location.prefix).values())
         options = mountctl.cache_options(dataset_bytes, cache_dir, cache_size_mb)
     if memory_mb is None and readers is not None:
         local_ranks = int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)
@@ -139,9 +157,10 @@ def mountpoint_source(uri: str, settings: S3Settings, *, backend: str = "auto", 
         if read_ahead and "cache_dir" in options:
             record = os.path.join(mountctl.mount_cache_dir(options["cache_dir"], mounted.path), "read-ahead")
             os.makedirs(record, mode=0o700, exist_ok=True)
+        cache_in_use = mounted.cache or {}  # what the program runs with, which may differ from what was asked
         yield MountpointSource(root=mounted.path, backend=mounted.backend, mount_pid=mounted.pid,
-                               uri=str(location), settings=settings, cache_dir=options.get("cache_dir"),
-                               cache_size_mb=options.get("cache_size_mb"), read_ahead_dir=record,
+                               uri=str(location), settings=settings, cache_dir=cache_in_use.get("cache_dir"),
+                               cache_size_mb=cache_in_use.get("cache_size_mb"), read_ahead_dir=record,
                                shards_ahead=shards_ahead)
 
 

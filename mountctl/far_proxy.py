@@ -150,10 +150,11 @@ http {{
             proxy_set_header Connection "";
             # SigV4 signs the Host the client sent: pass it unchanged.
             proxy_set_header Host $http_host;
-            # limit_rate caps a response only while nginx buffers it; nothing spills to disk.
+            # limit_rate caps a response only while nginx buffers it; nothing spills to disk.  A send
+            # may run one busy buffer ahead of the cap: small buffers keep a short stream within ~2 %.
             proxy_buffering on;
-            proxy_buffers 32 64k;
-            proxy_busy_buffers_size 256k;
+            proxy_buffers 8 64k;
+            proxy_busy_buffers_size 128k;
             proxy_max_temp_file_size 0;
             limit_rate {profile.rate_bytes_s};
             # Uploads stream through instead of landing in a temp file first.
@@ -279,8 +280,9 @@ class FarProxy:
                 return endpoint
             if "Address already in use" not in self._log_tail(2):
                 break
-        message = (f"the far-store proxy (nginx) did not start within {timeout_s:g}s: {self._log_tail()} "
-                   f"(log: {self.log_path})")
+        how = f"exited with status {child.returncode}" if child.poll() is not None else \
+            f"did not answer within {timeout_s:g}s"
+        message = f"the far-store proxy (nginx) {how} while starting: {self._log_tail()} (log: {self.log_path})"
         self._stop(created_workdir=created, grace_s=5.0, keep_log=True)
         raise LocalS3Error(message, program="nginx", log_path=self.log_path, timeout_s=timeout_s)
 

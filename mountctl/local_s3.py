@@ -3,7 +3,9 @@
 One server per ``$MOUNTCTL_HOME``.  Its state lives in ``local-s3/`` there
 (0700): data, generated credentials (0600), the server's identities file
 (0600), the pid and ports of the running server, its output (``weed.log``) and
-weed's own rotated log files (``logs/``; weed would put them in /tmp).  The CLI
+weed's own rotated log files (``logs/``; weed would put them in /tmp).  With the far
+profile a ``far_proxy.FarProxy`` runs in front of it from ``far-proxy/`` there, and the
+endpoint every client is given is the proxy's.  The CLI
 (``mountctl local-s3 ...``), the Python API below and the pytest fixture all
 use this one module.
 """
@@ -27,6 +29,7 @@ from typing import Any, TextIO
 
 from . import paths
 from .errors import LocalS3Error
+from .far_proxy import FarProfile, FarProxy
 from .logs import tail
 from .paths import write_private_json
 from .ports import GRPC_OFFSET as _GRPC_OFFSET
@@ -50,15 +53,24 @@ _LOG_MAX_SIZE_MB = 16
 
 @dataclass(frozen=True)
 class LocalS3Status:
+    """``endpoint_url`` is what clients use: the far proxy's when one runs, else the server's."""
+
     running: bool
     endpoint_url: str | None = None
     pid: int | None = None
     home: str = ""
     log_path: str = ""
+    server_endpoint_url: str | None = None
+    far: FarProfile | None = None
+
+    @property
+    def profile(self) -> str:
+        return "far" if self.far else "local"
 
     def to_dict(self) -> dict[str, Any]:
         return {"running": self.running, "endpoint": self.endpoint_url, "pid": self.pid,
-                "home": self.home, "log": self.log_path}
+                "home": self.home, "log": self.log_path, "profile": self.profile,
+                "server_endpoint": self.server_endpoint_url, "far": self.far.to_dict() if self.far else None}
 
 
 def _weed_running(pid: int) -> bool:
@@ -175,12 +187,14 @@ class LocalS3:
         remember_secret(creds["secret_access_key"])
         return creds
 
-    def settings(self) -> S3Settings:
+    def settings(self, *, direct: bool = False) -> S3Settings:
+        """Settings for a client: through the far proxy when one runs, unless ``direct``."""
         status = self.status()
         if not status.running:
             raise LocalS3Error(f"the local S3 server of {self.dir} is not running; start it with `mountctl local-s3 start`")
         creds = self.credentials()
-        return S3Settings(endpoint_url=status.endpoint_url, region=REGION,
+        endpoint = status.server_endpoint_url if direct else status.endpoint_url
+        return S3Settings(endpoint_url=endpoint, region=REGION,
                           access_key_id=creds["access_key_id"], secret_access_key=creds["secret_access_key"])
 
     def env(self) -> dict[str, str]:
@@ -209,7 +223,32 @@ class LocalS3:
         server = self._server()
         if server is None:
             return LocalS3Status(False, home=self.dir, log_path=self.log_path)
-        return LocalS3Status(True, server["endpoint"], server["pid"], self.dir, self.log_path)
+        proxy = self.far_proxy()
+        far, proxy_endpoint = proxy.running_profile(), proxy.endpoint_url
+        return LocalS3Status(True, proxy_endpoint or server["endpoint"], server["pid"], self.dir, self.log_path,
+                             server_endpoint_url=server["endpoint"], far=far if proxy_endpoint else None)
+
+    # -- the far profile ------------------------------------------------------------------
+
+    def far_proxy(self, profile: FarProfile | None = None) -> FarProxy:
+        """The proxy of this server's far profile (running or not); it knows how to run itself."""
+        server = self._read_json("server.json") or {}
+        return FarProxy(server.get("endpoint") or "http://127.0.0.1:0", self._path("far-proxy"),
+                        profile or FarProfile())
+
+    def start_far(self, profile: FarProfile | None = None, *, timeout_s: float = 30.0) -> LocalS3Status:
+        """Put the far proxy in front of the running server (replacing one of another profile)."""
+        if not self.status().running:
+            raise LocalS3Error(f"the local S3 server of {self.dir} is not running; start it before its far profile")
+        self.far_proxy(profile).start(timeout_s)
+        return self.status()
+
+    def stop_far(self) -> bool:
+        """Remove the far proxy, so clients talk to the server directly again.  False if none ran."""
+        proxy = self.far_proxy()
+        running = proxy.endpoint_url is not None
+        proxy.stop()
+        return running
 
     # -- start / stop ---------------------------------------------------------------------
 
@@ -228,6 +267,7 @@ class LocalS3:
         if status.running:
             self._ensure_buckets(buckets, timeout_s)
             return status
+        self.stop_far()  # a proxy left in front of a server that is gone
         weed = self.weed()
         creds = self.credentials()
         identities = {"identities": [{
@@ -288,7 +328,7 @@ class LocalS3:
         return ports
 
     def _wait_until_serving(self, child: subprocess.Popen[bytes], timeout_s: float) -> None:
-        settings = self.settings()
+        settings = self.settings(direct=True)
         client = s3_client(settings, connect_timeout=1, read_timeout=5, retries=1)
         deadline = time.monotonic() + timeout_s
         last = ""
@@ -308,7 +348,7 @@ class LocalS3:
     def _ensure_buckets(self, buckets: tuple[str, ...], timeout_s: float) -> None:
         if not buckets:
             return
-        client = s3_client(self.settings(), connect_timeout=2, read_timeout=10, retries=2)
+        client = s3_client(self.settings(direct=True), connect_timeout=2, read_timeout=10, retries=2)
         existing = {b["Name"] for b in client.list_buckets().get("Buckets", [])}
         for bucket in buckets:
             if bucket not in existing:
@@ -326,7 +366,8 @@ class LocalS3:
                     time.sleep(0.1)
 
     def stop(self, *, grace_s: float = 15.0) -> bool:
-        """Stop the server: SIGTERM, then SIGKILL after ``grace_s``.  False if it was not running."""
+        """Stop the far proxy and the server: SIGTERM, then SIGKILL after ``grace_s``.  False if it was not running."""
+        self.stop_far()
         server = self._server()
         if server is None:
             self._remove_sockets()

@@ -91,3 +91,25 @@ def test_a_proxy_that_never_started_has_no_endpoint_and_stops_as_a_no_op(tmp_pat
     assert proxy.endpoint_url is None
     proxy.stop()
     assert not (tmp_path / "far").exists()
+
+
+def test_a_missing_nginx_names_the_debian_packages_and_setup(tmp_path, monkeypatch):
+    """A stand-in for a machine without nginx: this one has it, so the lookup is made to find nothing."""
+    from mountctl import far_proxy
+    from mountctl.errors import LocalS3Error
+
+    monkeypatch.setattr(far_proxy, "find_nginx", lambda: None)
+    with pytest.raises(LocalS3Error, match="nginx-light.*libnginx-mod-http-lua.*scripts/setup.sh"):
+        FarProxy("http://127.0.0.1:8333", str(tmp_path / "far")).start()
+    assert not (tmp_path / "far").exists()
+
+
+def test_a_missing_lua_module_is_named_before_nginx_runs(tmp_path, monkeypatch):
+    """A stand-in for nginx without its Lua module: the modules directory is pointed at an empty one."""
+    from mountctl import far_proxy
+    from mountctl.errors import LocalS3Error
+
+    monkeypatch.setattr(far_proxy, "_modules_dir", lambda nginx: str(tmp_path))
+    with pytest.raises(LocalS3Error, match="Lua module.*libnginx-mod-http-lua"):
+        FarProxy("http://127.0.0.1:8333", str(tmp_path / "far"), nginx="/bin/false").start()
+    assert not (tmp_path / "far").exists()

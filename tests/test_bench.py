@@ -17,11 +17,11 @@ import urllib.parse
 import psutil
 import pytest
 
-from mountctl import installed_backends
+from mountctl import FarProfile, installed_backends
 from mountctl.errors import InvalidSpec
 from mountctl.pytorch.benchmark import preset, run_sweep, write_report
 from mountctl.pytorch.benchmark.bytes_path import READ_SIZE, bytes_routes
-from mountctl.pytorch.benchmark.stores import STORES
+from mountctl.pytorch.benchmark.stores import STORES, plan_stores
 from mountctl.pytorch.benchmark.sweep import EPOCHS, LOCAL, source_plan
 from mountctl.pytorch.cli import build_parser
 from mountctl.s3 import client as s3_client
@@ -259,3 +259,24 @@ def test_the_report_puts_both_stores_side_by_side(sweep):
     assert "| local e1 | local e2 | x local e1 | x local e2 | far e1 | far e2 | x far e1 | x far e2 |" in section
     assert "| bytes, 2 readers | mountpoint/rclone (no-cache) | MB/s | raw GET |" in section
     assert "far = a far-store proxy before the same endpoint, 5.0 ms per request" in report
+
+
+def test_a_bench_against_the_embedded_far_profile_takes_its_proxy_as_the_far_store(local_s3):
+    """`MOUNTCTL_STORE=far scripts/bench.sh`: the local store is the server behind the proxy, not a proxy of a proxy."""
+    direct = local_s3.settings()
+    status = local_s3.start_far(FarProfile(latency_ms=7.0, rate_mb_s=40.0))
+    try:
+        far = local_s3.settings()
+        assert far.endpoint_url == status.endpoint_url != direct.endpoint_url
+        plan = plan_stores("both", far)
+        assert plan.stores == STORES and plan.origin.endpoint_url == direct.endpoint_url
+        assert plan.running_far == far.endpoint_url and plan.profile == FarProfile(latency_ms=7.0, rate_mb_s=40.0)
+        before = {p.pid for p in psutil.Process().children(recursive=True)}
+        with plan.settings("far", "/nonexistent/unused") as through:
+            assert through.endpoint_url == far.endpoint_url
+            assert new_children(before, wait_s=0) == []  # no second proxy
+        # Another profile asked for: a proxy of its own before the server itself.
+        other = plan_stores("far", far, latency_ms=3.0)
+        assert other.running_far is None and other.origin.endpoint_url == direct.endpoint_url
+    finally:
+        local_s3.stop_far()

@@ -7,7 +7,7 @@ import pytest
 from mountctl import InvalidSpec, S3Settings
 from mountctl.pytorch.benchmark.config import preset
 from mountctl.pytorch.benchmark.side_by_side import side_by_side
-from mountctl.pytorch.benchmark.stores import is_loopback_endpoint, stores_for
+from mountctl.pytorch.benchmark.stores import is_loopback_endpoint, plan_stores, stores_for
 
 
 def settings(endpoint: str | None) -> S3Settings:
@@ -61,3 +61,12 @@ def test_side_by_side_puts_each_store_in_its_own_columns_with_its_own_ratios():
     assert rows[1] == ["random 64 KiB reads", "s3io", "MB/s", "s3io range",
                        None, None, None, None, "failed", None, "failed", None]
     assert len(rows) == 2
+
+
+def test_a_plan_reads_far_through_a_proxy_of_its_own_when_none_runs(tmp_path, monkeypatch):
+    monkeypatch.setenv("MOUNTCTL_HOME", str(tmp_path))  # no embedded server (nor its far proxy) runs here
+    plan = plan_stores("both", settings("http://127.0.0.1:8333"), latency_ms=30.0)
+    assert plan.stores == ("local", "far") and plan.origin == settings("http://127.0.0.1:8333")
+    assert plan.profile.latency_ms == 30.0 and plan.running_far is None
+    remote = plan_stores("far", settings(None))
+    assert remote.stores == ("remote",) and remote.origin == settings(None)

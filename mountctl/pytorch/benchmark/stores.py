@@ -15,10 +15,12 @@ import dataclasses
 import ipaddress
 import urllib.parse
 from collections.abc import Iterator
+from dataclasses import dataclass
 
-from mountctl import FarProfile, FarProxy, InvalidSpec, S3Settings
+from mountctl import FarProfile, FarProxy, InvalidSpec, LocalS3, S3Settings
 
-__all__ = ["STORES", "STORE_CHOICES", "stores_for", "is_loopback_endpoint", "far_profile", "store_settings"]
+__all__ = ["STORES", "STORE_CHOICES", "REMOTE", "stores_for", "is_loopback_endpoint", "far_profile", "StorePlan",
+           "plan_stores"]
 
 STORES = ("local", "far")
 STORE_CHOICES = ("local", "far", "both")
@@ -53,17 +55,50 @@ def far_profile(latency_ms: float | None = None, rate_mb_s: float | None = None)
     return FarProfile(**chosen)
 
 
-@contextlib.contextmanager
-def store_settings(store: str, settings: S3Settings, workdir: str, profile: FarProfile | None = None
-                   ) -> Iterator[S3Settings]:
-    """The settings that read through ``store``: for ``far`` a proxy runs for the block and is stopped after it."""
-    if store != "far":
-        yield settings
-        return
-    assert settings.endpoint_url is not None  # stores_for gives "far" only for a loopback endpoint
-    proxy = FarProxy(settings.endpoint_url, workdir, profile if profile is not None else far_profile())
-    endpoint = proxy.start()
-    try:
-        yield dataclasses.replace(settings, endpoint_url=endpoint)
-    finally:
-        proxy.stop()
+@dataclass(frozen=True)
+class StorePlan:
+    """The stores of one run and how to reach each: ``origin`` is the endpoint itself (datasets are made there)."""
+
+    stores: tuple[str, ...]
+    origin: S3Settings
+    profile: FarProfile
+    running_far: str | None = None  # the endpoint of a far proxy that already runs with ``profile``
+
+    @contextlib.contextmanager
+    def settings(self, store: str, workdir: str) -> Iterator[S3Settings]:
+        """Settings that read through ``store``; for ``far`` a proxy of ours runs for the block, stopped after it."""
+        if store != "far":
+            yield self.origin
+            return
+        if self.running_far:
+            yield dataclasses.replace(self.origin, endpoint_url=self.running_far)
+            return
+        assert self.origin.endpoint_url is not None  # "far" is planned only for a loopback endpoint
+        proxy = FarProxy(self.origin.endpoint_url, workdir, self.profile)
+        endpoint = proxy.start()
+        try:
+            yield dataclasses.replace(self.origin, endpoint_url=endpoint)
+        finally:
+            proxy.stop()
+
+
+def plan_stores(choice: str, settings: S3Settings, latency_ms: float | None = None,
+                rate_mb_s: float | None = None) -> StorePlan:
+    """The stores for ``--store CHOICE`` against ``settings``.
+
+    Settings that already point at the embedded server's far proxy (``mountctl local-s3
+    start --profile far``, ``MOUNTCTL_STORE=far scripts/bench.sh``) are not taken for the
+    local store: the server behind it is, and that proxy is the far store, unless the
+    caller asked for another latency or rate.
+    """
+    stores, profile = stores_for(choice, settings), far_profile(latency_ms, rate_mb_s)
+    if stores == (REMOTE,):
+        return StorePlan(stores, settings, profile)
+    status = LocalS3().status()
+    if not (status.running and status.far and status.server_endpoint_url
+            and status.endpoint_url == settings.endpoint_url):
+        return StorePlan(stores, settings, profile)
+    origin = dataclasses.replace(settings, endpoint_url=status.server_endpoint_url)
+    if latency_ms is None and rate_mb_s is None or profile == status.far:
+        return StorePlan(stores, origin, status.far, running_far=settings.endpoint_url)
+    return StorePlan(stores, origin, profile)

@@ -35,7 +35,7 @@ from mountctl.pytorch.benchmark.facts import machine_facts, versions
 from mountctl.pytorch.benchmark.limits import LocalDiskSource, copy_shards, raw_get
 from mountctl.pytorch.benchmark.map_cells import add_map_ratios, map_cell_count, map_cells
 from mountctl.pytorch.benchmark.monitor import ResourceMonitor
-from mountctl.pytorch.benchmark.stores import far_profile, store_settings, stores_for
+from mountctl.pytorch.benchmark.stores import plan_stores
 from mountctl.pytorch.data.manifest import Manifest, load_manifest
 from mountctl.pytorch.data.sources import open_source
 from mountctl.pytorch.data.synthetic import MakeConfig, make_dataset, parse_size
@@ -260,10 +260,9 @@ def run_sweep(config: SweepConfig, *, settings: S3Settings | None = None) -> dic
     """Measure every cell in each store; return the run as one JSON-able dict (see ``report.py`` to write it)."""
     from tqdm import tqdm
 
-    settings = settings or resolve()
+    plan = plan_stores(config.store, settings or resolve(), config.far_latency_ms, config.far_rate_mb_s)
+    settings, stores = plan.origin, plan.stores
     started = time.perf_counter()
-    stores = stores_for(config.store, settings)
-    profile = far_profile(config.far_latency_ms, config.far_rate_mb_s) if "far" in stores else None
     gpu_missing = config.accelerator == "gpu" and machine_facts()["gpu"] is None
     result: dict[str, Any] = {"started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                               "config": {k: v for k, v in config.__dict__.items()}, "machine": machine_facts(),
@@ -287,10 +286,10 @@ def run_sweep(config: SweepConfig, *, settings: S3Settings | None = None) -> dic
             for store in stores:
                 first, began = len(run.cells), time.perf_counter()
                 # The far store's proxy runs for its cells alone, and is stopped also on an error or Ctrl-C.
-                with store_settings(store, settings, f"{scratch}/far-proxy", profile) as store_s3:
+                with plan.settings(store, f"{scratch}/far-proxy") as store_s3:
                     run.settings, run.store = store_s3, store
                     result["stores"][store] = {"endpoint": store_s3.endpoint_url or "AWS S3",
-                                               **(profile.to_dict() if profile and store == "far" else {})}
+                                               **(plan.profile.to_dict() if store == "far" else {})}
                     _store_cells(run, manifests, train_manifest, gpu_missing, scratch)
                 for row in run.cells[first:]:
                     row.setdefault("store", store)

@@ -141,7 +141,7 @@ def run_demo(config: DemoConfig, *, out: TextIO | None = None) -> list[dict[str,
     settings = resolve()
     plan = plan_stores(config.store, settings, config.far_latency_ms, config.far_rate_mb_s)
     store, profile = plan.stores[0], plan.profile
-    print(f"mountctl demo against {settings.endpoint_url or 'AWS S3 (' + settings.region + ')'}: "
+    print(f"mountctl demo against {plan.origin.endpoint_url or 'AWS S3 (' + settings.region + ')'}: "
           f"{config.num_images} images of {config.image_size} px at {config.uri}; train and bench read through "
           f"{_store_words(store, profile)}", file=out)
     base = command_line()

@@ -7,6 +7,7 @@ may change.  This package never imports torch; the training side lives in
 """
 
 from . import s3
+from .argparsing import ArgumentParser
 from .backends import backend_versions, installed_backends
 from .cache import cache_options, mount_cache_dir
 from .errors import (
@@ -77,5 +78,6 @@ __all__ = [
     "BucketNotFound",
     "EndpointUnreachable",
     "LocalS3Error",
+    "ArgumentParser",
 ]
 __version__ = "0.2.0"

@@ -13,7 +13,7 @@ import re
 import subprocess
 from typing import ClassVar
 
-from .cache import free_mb
+from .cache import CachePlan, free_mb, plan_cache
 from .errors import BackendNotFound, InvalidSpec
 from .mounttable import MountEntry
 from .paths import write_private
@@ -83,10 +83,11 @@ class MountS3(Backend):
         if settings.endpoint_url:
             # Off AWS the store rarely supports the CRC32 trailers mount-s3 adds to uploads.
             argv += ["--endpoint-url", settings.endpoint_url, "--force-path-style", "--upload-checksums", "off"]
-        if spec.cache_dir or spec.cache_size_mb:
+        plan = _cache_plan(spec, workdir)
+        if plan is not None:
             # Each mount-s3 process needs a cache directory of its own.
             argv += ["--cache", os.path.join(spec.cache_dir or workdir, "mount-s3-cache"),
-                     "--max-cache-size", str(_capped_cache_mb(spec, workdir))]
+                     "--max-cache-size", str(plan.size_mb)]
         argv += ["--metadata-ttl", str(int(spec.metadata_ttl_s))]
         argv += _ownership_flags(spec)
         if not settings.has_credentials:
@@ -114,12 +115,14 @@ class Rclone(Backend):
                 "--vfs-read-chunk-size-limit", "off", "--max-read-ahead", "1M"]
         if spec.read_only:
             argv.append("--read-only")
-        if spec.cache_dir or spec.cache_size_mb:
-            # Full mode keeps whole read files on disk.  rclone has no free-space floor here and
-            # answers EIO when the disk fills, so its cap is never more than half the free space
-            # and its cleaner runs often enough to keep it there while shards stream through.
+        plan = _cache_plan(spec, workdir)
+        if plan is not None:
+            # Full mode keeps whole read files on disk.  rclone answers EIO when the disk fills, and
+            # its max size is soft (files open count, evicted only later): the free-space floor is
+            # what keeps it within half the disk, and the cleaner runs often enough to hold it there.
             argv += ["--vfs-cache-mode", "full", "--cache-dir", os.path.join(spec.cache_dir or workdir, "rclone-cache"),
-                     "--vfs-cache-max-size", f"{_capped_cache_mb(spec, workdir)}M",
+                     "--vfs-cache-max-size", f"{plan.size_mb}M",
+                     "--vfs-cache-min-free-space", f"{plan.keep_free_mb}M",
                      "--vfs-cache-poll-interval", "5s"]
         argv += _ownership_flags(spec)
         return argv + self._extra(spec)
@@ -135,7 +138,7 @@ class Rclone(Backend):
         if settings.endpoint_url:
             env[prefix + "ENDPOINT"] = settings.endpoint_url
             env[prefix + "FORCE_PATH_STYLE"] = "true"
-        if settings.has_credentials:
+        if settings.has_credentials and not settings.role_based:
             env[prefix + "ACCESS_KEY_ID"] = settings.access_key_id or ""
             env[prefix + "SECRET_ACCESS_KEY"] = settings.secret_access_key or ""
             if settings.session_token:
@@ -172,22 +175,17 @@ class S3fsFuse(Backend):
             options.append("public_bucket=1")
         if spec.read_only:
             options.append("ro")
-        if spec.cache_dir or spec.cache_size_mb:
+        plan = _cache_plan(spec, workdir)
+        if plan is not None:
+            # s3fs has no size cap: ensure_diskfree makes it stop caching once the cache disk has less
+            # free than that floor (half of what is free now, room left to everyone else: a floor of
+            # free - cap broke reads with ENOSPC once another process wrote more than the cap).  Half
+            # the free disk is at least MIN_CACHE_MB, room for s3fs's multipart buffers on top of it.
             cache = os.path.join(spec.cache_dir or workdir, "s3fs-cache")
-            # s3fs has no size cap: ensure_diskfree makes it stop caching once the cache disk has
-            # less free than that.  s3fs 1.90 fails a read with ENOSPC when the disk is already
-            # below the floor, so the floor leaves room for everyone else writing to the disk: it
-            # is never more than half of what is free now (the cache itself holds at most the
-            # dataset, which is what cache_size_mb is derived from).
-            free = free_mb(spec.cache_dir or workdir)
-            keep = max(free - max(spec.cache_size_mb or 0, free // 2), _S3FS_KEEP_FREE_MB)
-            # s3fs refuses to start unless the disk has room for its multipart buffers on top
-            # (10 MB x 5 by default): on a disk that small the mount runs without a cache.
-            if free >= keep + _S3FS_BUFFERS_MB:
-                options += [f"use_cache={cache}", f"ensure_diskfree={keep}"]
-                # The kernel's page cache keeps a file's pages across opens while its size and
-                # mtime stay the same (FUSE's auto_cache), instead of dropping them at every open.
-                options.append("auto_cache")
+            options += [f"use_cache={cache}", f"ensure_diskfree={plan.keep_free_mb}"]
+            # The kernel's page cache keeps a file's pages across opens while its size and
+            # mtime stay the same (FUSE's auto_cache), instead of dropping them at every open.
+            options.append("auto_cache")
         if spec.uid is not None:
             options.append(f"uid={spec.uid}")
         if spec.gid is not None:
@@ -229,14 +227,13 @@ def _ownership_flags(spec: MountSpec) -> list[str]:
 
 
 # The least free space s3fs leaves on a cache disk, whatever the cap.
-_S3FS_KEEP_FREE_MB = 16
-_S3FS_BUFFERS_MB = 64
 
 
-def _capped_cache_mb(spec: MountSpec, workdir: str) -> int:
-    """The cache cap in MiB: as asked, but never more than half of what the cache disk has free."""
-    half_free = max(1, free_mb(spec.cache_dir or workdir) // 2)
-    return min(spec.cache_size_mb, half_free) if spec.cache_size_mb else half_free
+def _cache_plan(spec: MountSpec, workdir: str) -> CachePlan | None:
+    """The cache this spec's program gets (``cache.plan_cache``: the one rule for every program), or None."""
+    if not (spec.cache_dir or spec.cache_size_mb):
+        return None
+    return plan_cache(spec.cache_dir or workdir, spec.cache_size_mb, free=free_mb(spec.cache_dir or workdir))[0]
 
 
 def _seconds(value: float) -> str:

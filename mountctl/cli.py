@@ -10,8 +10,10 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
+from .argparsing import ArgumentParser
 from .errors import InvalidSpec, MountctlError
 from .redaction import redact
+from .spec import BACKEND_NAMES
 
 if TYPE_CHECKING:
     from .far_proxy import FarProfile
@@ -22,7 +24,7 @@ __all__ = ["main"]
 
 def _parser() -> argparse.ArgumentParser:
     formatter = argparse.RawDescriptionHelpFormatter
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="mountctl", formatter_class=formatter,
         description="Serve S3 to PyTorch loaders as plain files through supervised FUSE mounts.",
         epilog="example:\n  mountctl local-s3 start && eval \"$(mountctl local-s3 env)\"\n"
@@ -39,7 +41,7 @@ def _parser() -> argparse.ArgumentParser:
         epilog="example:\n  mountctl mount s3://my-bucket/train/ /mnt/train --backend rclone --metadata-ttl 300")
     m.add_argument("uri", help="s3://bucket/ or s3://bucket/prefix/")
     m.add_argument("dir", help="mount directory (created if missing; must be empty)")
-    m.add_argument("--backend", default="auto", choices=["auto", "mount-s3", "rclone", "s3fs"],
+    m.add_argument("--backend", default="auto", choices=BACKEND_NAMES,
                    help="mount program; auto = mount-s3, else s3fs, else rclone, the order measured in BENCHMARKS.md (default: auto)")
     m.add_argument("--read-write", action="store_true", help="allow writes (default: read-only)")
     m.add_argument("--cache-dir", help="local cache directory (enables the program's data cache, in a private "
@@ -157,8 +159,10 @@ def _cmd_status(args: argparse.Namespace) -> int:
         since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(row["since"])) if row["since"] else "-"
         health = row["health"]
         latency = f" {health['latency_s'] * 1000:.0f}ms" if health.get("latency_s") else ""
+        cache = f"{row['cache']['cache_size_mb']}MiB" if row.get("cache") else "none"
         print(f"{row['dir']}  {row['uri']}  backend={row['backend']} pid={row['pid']} state={row['state']} "
-              f"health={health['state']}{latency} since={since} restarts={row['restarts']} holders={row['holders']}"
+              f"health={health['state']}{latency} since={since} restarts={row['restarts']} holders={row['holders']} "
+              f"cache={cache}"
               + (f"\n    last error: {row['last_error']}" if row["last_error"] else ""))
     return 0
 

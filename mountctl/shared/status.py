@@ -27,6 +27,7 @@ def _row(record: MountRecord, timeout_s: float) -> dict[str, Any]:
         "state": record.state if supervisor_alive else "abandoned", "health": health, "since": record.since,
         "restarts": record.restarts, "last_error": record.last_error, "holders": len(record.holders),
         "pinned": record.pinned, "log": record.log_path, "endpoint": record.identity.get("s3", {}).get("endpoint"),
+        "cache": record.cache,
     }
 
 

@@ -80,14 +80,18 @@ class MountpointSource:
             warmer = Warmer(self.root, names, self.read_ahead_dir, shards_ahead=self.shards_ahead).start()
         try:
             for index, name in enumerate(names):
-                def still_exists(key: str = location.prefix + name) -> bool:
-                    return s3.object_size(s3.short_client(self.settings), location.bucket, key) is not None
+                def size_in_s3(key: str = location.prefix + name) -> int | None:
+                    # None only when the store answers that the object is gone; raises while it is
+                    # unreachable, so an outage is waited out, not called a deletion
+                    return s3.object_size_now(s3.short_client(self.settings), location.bucket, key)
 
                 if warmer is not None:
                     warmer.at(index)
                 # open_resilient reopens and seeks back if the watchdog remounts under us, and
                 # fails at once if S3 no longer has the object.
-                with open_resilient(os.path.join(self.root, name), still_exists=still_exists) as stream:
+                # An early or empty end of file is checked against S3 (s3fs serves a file it can no longer
+                # fetch as empty): a failed read, retried through the remount.
+                with open_resilient(os.path.join(self.root, name), size_in_s3=size_in_s3) as stream:
                     yield name, stream
         finally:
             if warmer is not None:
@@ -133,9 +137,10 @@ def mountpoint_source(uri: str, settings: S3Settings, *, backend: str = "auto", 
         if read_ahead and options:
             record = os.path.join(mountctl.mount_cache_dir(options["cache_dir"], mounted.path), "read-ahead")
             os.makedirs(record, mode=0o700, exist_ok=True)
+        cache_in_use = mounted.cache or {}  # what the program runs with, which may differ from what was asked
         yield MountpointSource(root=mounted.path, backend=mounted.backend, mount_pid=mounted.pid,
-                               uri=str(location), settings=settings, cache_dir=options.get("cache_dir"),
-                               cache_size_mb=options.get("cache_size_mb"), read_ahead_dir=record,
+                               uri=str(location), settings=settings, cache_dir=cache_in_use.get("cache_dir"),
+                               cache_size_mb=cache_in_use.get("cache_size_mb"), read_ahead_dir=record,
                                shards_ahead=shards_ahead)
 
 

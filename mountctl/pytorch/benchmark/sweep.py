@@ -31,6 +31,8 @@ from mountctl.pytorch.benchmark.config import DatasetSpec, SweepConfig
 from mountctl.pytorch.benchmark.facts import machine_facts, versions
 from mountctl.pytorch.benchmark.limits import LocalDiskSource, copy_shards, raw_get
 from mountctl.pytorch.benchmark.map_cells import add_map_ratios, map_cell_count, map_cells
+from mountctl.pytorch.benchmark.peer_data import check_peers_installed
+from mountctl.pytorch.benchmark.peers import peer_cell_count, peer_cells, prepare_peer_data
 from mountctl.pytorch.data.manifest import Manifest, load_manifest
 from mountctl.pytorch.data.sources import open_source
 from mountctl.pytorch.data.synthetic import MakeConfig, make_dataset, parse_size
@@ -104,7 +106,8 @@ class _Run:
         self.bar.update(len(EPOCHS))
 
 
-def _dataset_cells(run: _Run, spec: DatasetSpec, manifest: Manifest, scratch: str) -> None:
+def _dataset_cells(run: _Run, spec: DatasetSpec, manifest: Manifest, scratch: str,
+                   peer_markers: dict[str, dict[str, Any]]) -> None:
     config, settings = run.config, run.settings
     uri = spec.uri(config.uri)
     base = {"dataset": spec.label, "num_images": manifest.num_images, "shard_size": spec.shard_size,
@@ -150,6 +153,7 @@ def _dataset_cells(run: _Run, spec: DatasetSpec, manifest: Manifest, scratch: st
                                                seed=config.seed, epoch=epoch - 1))
     if config.bytes_cells:
         _bytes_cells(run, manifest, uri, base, local)
+    peer_cells(run, manifest, uri, base, peer_markers)
 
 
 def _bytes_cells(run: _Run, manifest: Manifest, uri: str, base: dict[str, Any], local: LocalDiskSource) -> None:
@@ -236,7 +240,12 @@ def run_sweep(config: SweepConfig, *, settings: S3Settings | None = None) -> dic
                               "config": {k: v for k, v in config.__dict__.items()}, "machine": machine_facts(),
                               "versions": versions(), "endpoint": settings.endpoint_url or "AWS S3"}
     loaders = config.suite != "checkpoint"  # --suite checkpoint: the checkpoint cells alone
+    if loaders and config.peers:
+        check_peers_installed(config.peers)  # before anything is measured: a missing peer is a setup error
     manifests = [(spec, _ensure_dataset(config, settings, spec)) for spec in config.datasets] if loaders else []
+    # Part of the dataset step: each peer's copy of the same samples, converted and checked where missing.
+    peer_markers = {spec.label: prepare_peer_data(config, settings, spec.uri(config.uri), manifest)
+                    for spec, manifest in manifests}
     train_manifest = _ensure_dataset(config, settings, config.train_dataset) if config.train and loaders else None
     sources = len(source_plan(config))
     routes = len(bytes_routes(config.loader_kinds, config.backends or installed_backends()))
@@ -245,12 +254,13 @@ def run_sweep(config: SweepConfig, *, settings: S3Settings | None = None) -> dic
     total = len(manifests) * per_dataset + ((1 + sources * len(EPOCHS)) if train_manifest is not None else 0)
     total += map_cell_count(config, sources) if manifests else 0
     total += checkpoint_cell_count(config)
+    total += peer_cell_count(config, len(manifests), False)
     scratch = tempfile.mkdtemp(prefix="mountctl-bench-")
     with tqdm(total=total, unit="cell", desc="bench", disable=not config.progress) as bar:
         run = _Run(config, settings, bar)
         try:
             for spec, manifest in manifests:
-                _dataset_cells(run, spec, manifest, scratch)
+                _dataset_cells(run, spec, manifest, scratch, peer_markers[spec.label])
             if manifests:  # map-style cells: the files layout, and random access into the first dataset
                 first, first_manifest = manifests[0]
                 map_cells(run, first_manifest, first.uri(config.uri), first.label,

@@ -55,7 +55,7 @@ def check_peers_installed(peers: tuple[str, ...] = PEERS) -> None:
             importlib.import_module(peer)
         except ImportError as exc:
             raise PeerMissing(f"the peer library {peer!r} cannot be imported ({exc}); install the pinned "
-                              f"{_DISTRIBUTIONS[peer]} from requirements.txt (scripts/setup.sh does) or leave the "
+                              f"{_DISTRIBUTIONS.get(peer, peer)} from requirements.txt (scripts/setup.sh does) or leave the "
                               "peer cells out with --no-peers") from None
 
 

@@ -35,8 +35,8 @@ from mountctl.pytorch.benchmark.peer_data import (
 )
 from mountctl.pytorch.errors import DatasetError
 
-__all__ = ["PEERS", "PEER_MODES", "CHILD_TIMEOUT_S", "peer_epochs", "peer_cell_count", "prepare_peer_data",
-           "peer_cells"]
+__all__ = ["PEERS", "PEER_MODES", "CHILD_TIMEOUT_S", "open_peer_dataset", "peer_epochs", "peer_cell_count", "prepare_peer_data",
+           "peer_cells", "peer_comparison", "peer_markdown", "TARGET"]
 
 PEER_MODES = ("loader", "bytes")  # loader: read + decode; bytes: each sample's bytes, nothing decoded
 CHILD_TIMEOUT_S = 1800.0  # a bound on one cell's child (both epochs): a wedged library fails the cell
@@ -65,6 +65,16 @@ def _open_streaming(uri: str, cache: str, settings: S3Settings, *, batch_size: i
 
 
 _OPENERS: dict[str, Callable[..., Any]] = {"litdata": _open_litdata, "streaming": _open_streaming}
+
+
+def open_peer_dataset(peer: str, uri: str, cache: str, settings: S3Settings, *, batch_size: int, seed: int = 0
+                      ) -> Any:
+    """``peer``'s own ``StreamingDataset`` over its copy at ``uri``, caching in ``cache``.
+
+    Call it where ``peer_env(settings)`` is the environment (the child does): the libraries
+    read keys, and Streaming its endpoint, from there.
+    """
+    return _OPENERS[peer](uri, cache, settings, batch_size=batch_size, seed=seed)
 
 
 def _samples(inner: Any, *, image_size: int, decode: bool) -> Iterator[tuple[Any, int, int, int, float]]:
@@ -123,8 +133,8 @@ def read_epochs(request: dict[str, Any], settings: S3Settings) -> list[dict[str,
     cache = tempfile.mkdtemp(prefix=f"mountctl-{peer}-cache-")  # fresh per cell: epoch 1 starts cold
     rows = []
     try:
-        inner = _OPENERS[peer](request["uri"], cache, settings, batch_size=request["batch_size"],
-                               seed=request["seed"])
+        inner = open_peer_dataset(peer, request["uri"], cache, settings, batch_size=request["batch_size"],
+                                  seed=request["seed"])
         for epoch in range(1, int(request["epochs"]) + 1):
             if hasattr(inner, "set_epoch"):
                 inner.set_epoch(epoch)  # LitData: the epoch's shuffle (Streaming counts epochs itself)
@@ -265,6 +275,58 @@ def peer_cells(run: Any, manifest: Any, uri: str, base: dict[str, Any], markers:
             run.epochs({"cell": "bytes", "readers": readers, "variant": "own cache", **_head(peer, base)},
                        lambda p=peer, r=readers: peer_epochs(run.settings, uri, markers[p], peer=p, mode="bytes",
                                                              num_workers=r, **common))
+
+
+# -- the report's comparison -------------------------------------------------------------------
+
+TARGET = 1.0  # issue #17: the mount at least as fast as the faster peer, loader cell, epochs 1 and 2
+
+
+def peer_comparison(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per (store, dataset, workers, epoch): the fastest mount's loader cell against the faster peer's."""
+    ok = [c for c in cells if c["cell"] == "loader" and c["status"] == "ok"]
+    keys = list(dict.fromkeys((c.get("store", "local"), c["dataset"], c["num_workers"], c["epoch"])
+                              for c in ok if c.get("kind") == "peer"))
+    rows = []
+    for store, dataset, workers, epoch in keys:
+        same = [c for c in ok if (c.get("store", "local"), c["dataset"], c["num_workers"], c["epoch"])
+                == (store, dataset, workers, epoch)]
+        mounts = [c for c in same if c.get("kind") == "mountpoint"]
+        peers = {c["peer"]: c for c in same if c.get("kind") == "peer"}
+        mount = max(mounts, key=lambda c: c["samples_per_s"], default=None)
+        faster = max(peers.values(), key=lambda c: c["samples_per_s"])
+        ratio = round(mount["samples_per_s"] / faster["samples_per_s"], 3) if mount and faster["samples_per_s"] else None
+        rows.append({"store": store, "dataset": dataset, "num_workers": workers, "epoch": epoch,
+                     "mount": mount["source"] if mount else None,
+                     "mount_samples_per_s": mount["samples_per_s"] if mount else None,
+                     **{f"{peer}_samples_per_s": peers[peer]["samples_per_s"] if peer in peers else None
+                        for peer in PEERS},
+                     "faster_peer": faster["peer"], "ratio_to_faster_peer": ratio,
+                     "target_met": None if ratio is None else ratio >= TARGET,
+                     "mount_cpu_pct": _cpu(mount), "faster_peer_cpu_pct": _cpu(faster)})
+    return rows
+
+
+def _cpu(cell: dict[str, Any] | None) -> float | None:
+    """Loader processes plus the mount daemon: all the CPU a route costs (100 = one core)."""
+    if cell is None:
+        return None
+    return round((cell.get("loader_cpu_pct") or 0.0) + (cell.get("daemon_cpu_pct") or 0.0), 1)
+
+
+def peer_markdown(cells: list[dict[str, Any]], table: Callable[[list[str], list[list[Any]]], str]) -> str:
+    rows = peer_comparison(cells)
+    if not rows:
+        return ""
+    return (f"## Peers: the fastest mount against LitData and MosaicML Streaming (loader cells; target >= {TARGET} x)"
+            "\n\n" + table(
+                ["store", "dataset", "workers", "epoch", "mount", "mount samples/s",
+                 *[f"{peer} samples/s" for peer in PEERS], "faster peer", "x faster peer", "target met",
+                 "mount CPU % (loader + daemon)", "faster peer CPU %"],
+                [[r["store"], r["dataset"], r["num_workers"], r["epoch"], r["mount"], r["mount_samples_per_s"],
+                  *[r[f"{peer}_samples_per_s"] for peer in PEERS], r["faster_peer"], r["ratio_to_faster_peer"],
+                  {True: "yes", False: "no", None: "-"}[r["target_met"]], r["mount_cpu_pct"],
+                  r["faster_peer_cpu_pct"]] for r in rows]))
 
 
 if __name__ == "__main__":

@@ -105,3 +105,13 @@ def test_a_peer_cell_fails_when_what_it_read_does_not_match_the_conversion(conve
         peer_epochs(settings, uri, wrong, peer="litdata", mode="bytes", num_workers=0, batch_size=16, image_size=32,
                     warmup_batches=1, total_bytes=manifest.total_bytes, epochs=1)
     assert load_peer_marker(settings, uri, "litdata")["checksum"] == markers["litdata"]["checksum"]
+
+
+def test_each_peer_trains_resnet50_for_two_epochs_on_every_sample(converted):
+    settings, uri, manifest, markers = converted
+    for peer in PEERS:
+        rows = peer_epochs(settings, uri, markers[peer], peer=peer, mode="train", num_workers=1, batch_size=16,
+                           image_size=32, warmup_batches=1, total_bytes=manifest.total_bytes, accelerator="cpu",
+                           precision="32-true", num_classes=manifest.num_classes)
+        assert [(r["epoch"], r["images"], r["samples_checked"]) for r in rows] == [(1, 96, 96), (2, 96, 96)]
+        assert all(r["samples_per_s"] > 0 and r["decode"] == "cpu" for r in rows)

@@ -36,9 +36,10 @@ from mountctl.pytorch.benchmark.peer_data import (
 from mountctl.pytorch.errors import DatasetError
 
 __all__ = ["PEERS", "PEER_MODES", "CHILD_TIMEOUT_S", "open_peer_dataset", "peer_epochs", "peer_cell_count", "prepare_peer_data",
-           "peer_cells", "peer_comparison", "peer_markdown", "TARGET"]
+           "peer_cells", "peer_train_cells", "peer_comparison", "peer_markdown", "TARGET"]
 
-PEER_MODES = ("loader", "bytes")  # loader: read + decode; bytes: each sample's bytes, nothing decoded
+# loader: read + decode; bytes: each sample's bytes, nothing decoded; train: ResNet-50 on the decoded batches
+PEER_MODES = ("loader", "bytes", "train")
 CHILD_TIMEOUT_S = 1800.0  # a bound on one cell's child (both epochs): a wedged library fails the cell
 
 
@@ -98,9 +99,10 @@ def _collate(rows: list[tuple[Any, int, int, int, float]]) -> dict[str, Any]:
 
     first = rows[0][0]
     payload = torch.stack([r[0] for r in rows]) if isinstance(first, torch.Tensor) else [r[0] for r in rows]
+    # "epoch" is what the trainer's ThroughputMonitor records as the batch's plan; a peer plans its own epochs.
     return {"images": payload, "labels": torch.tensor([r[1] for r in rows], dtype=torch.long),
             "index": tuple(r[2] for r in rows), "digests": tuple(r[3] for r in rows),
-            "started": min(r[4] for r in rows)}
+            "started": min(r[4] for r in rows), "epoch": 0}
 
 
 def _dataset(inner: Any, image_size: int, decode: bool) -> Any:
@@ -111,6 +113,15 @@ def _dataset(inner: Any, image_size: int, decode: bool) -> Any:
             return _samples(inner, image_size=image_size, decode=decode)
 
     return PeerSamples()
+
+
+def _cpu_seconds() -> float:
+    """CPU of this process and of its reaped children (the DataLoader workers of finished epochs).
+
+    Exact where the sampling monitor can miss workers that live less than its interval.
+    """
+    times = os.times()
+    return times.user + times.system + times.children_user + times.children_system
 
 
 def _cache_mb(path: str) -> float:
@@ -135,6 +146,8 @@ def read_epochs(request: dict[str, Any], settings: S3Settings) -> list[dict[str,
     try:
         inner = open_peer_dataset(peer, request["uri"], cache, settings, batch_size=request["batch_size"],
                                   seed=request["seed"])
+        if mode == "train":
+            return _train(request, inner, cache)
         for epoch in range(1, int(request["epochs"]) + 1):
             if hasattr(inner, "set_epoch"):
                 inner.set_epoch(epoch)  # LitData: the epoch's shuffle (Streaming counts epochs itself)
@@ -143,6 +156,7 @@ def read_epochs(request: dict[str, Any], settings: S3Settings) -> list[dict[str,
                 _dataset(inner, request["image_size"], mode == "loader"), batch_size=request["batch_size"],
                 num_workers=workers, collate_fn=_collate, **extra)
             checksum, seen, started = SampleChecksum(), set(), float("inf")
+            cpu_before = _cpu_seconds()
             with ResourceMonitor() as monitor:
                 marks, sizes = [time.perf_counter()], []
                 for batch in loader:
@@ -152,11 +166,61 @@ def read_epochs(request: dict[str, Any], settings: S3Settings) -> list[dict[str,
                     started = min(started, batch["started"])
                     for digest in batch["digests"]:
                         checksum.add_digest(digest)
+            usage = monitor.usage.to_dict()
             rows.append({"epoch": epoch, **_rates(request, marks, sizes, started, rate_after_warmup),
-                         **_checked(request, checksum, len(seen)), "cache_mb": _cache_mb(cache),
-                         **monitor.usage.to_dict()})
+                         **_checked(request, checksum, len(seen)), "cache_mb": _cache_mb(cache), **usage,
+                         "process_cpu_pct": round(100 * (_cpu_seconds() - cpu_before) / usage["seconds"], 1)})
     finally:
         shutil.rmtree(cache, ignore_errors=True)
+    return rows
+
+
+def _train(request: dict[str, Any], inner: Any, cache: str) -> list[dict[str, Any]]:
+    """ResNet-50 for ``epochs`` epochs on the peer's batches, with the ceiling cell's model and Trainer settings."""
+    import lightning
+    from torch.utils.data import DataLoader
+
+    from mountctl.pytorch.benchmark.cells import BATCH_TIMEOUT_S
+    from mountctl.pytorch.benchmark.monitor import ResourceMonitor
+    from mountctl.pytorch.notices import quiet_known_notices
+    from mountctl.pytorch.training.model import ResNetClassifier
+    from mountctl.pytorch.training.throughput import ThroughputMonitor
+
+    quiet_known_notices()
+    import logging
+
+    logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)
+    checksums: list[SampleChecksum] = []
+
+    class Checked(lightning.Callback):
+        def on_train_epoch_start(self, trainer: Any, module: Any) -> None:
+            checksums.append(SampleChecksum())
+            if hasattr(inner, "set_epoch"):
+                inner.set_epoch(trainer.current_epoch + 1)
+
+        def on_train_batch_end(self, trainer: Any, module: Any, outputs: Any, batch: Any, index: int) -> None:
+            for digest in batch["digests"]:
+                checksums[-1].add_digest(digest)
+
+    workers, batch_size = int(request["num_workers"]), int(request["batch_size"])
+    extra: dict[str, Any] = {"timeout": BATCH_TIMEOUT_S, "prefetch_factor": 2} if workers else {}
+    loader: DataLoader[Any] = DataLoader(_dataset(inner, request["image_size"], True), batch_size=batch_size,
+                                         num_workers=workers, collate_fn=_collate, **extra)
+    throughput = ThroughputMonitor(int(request["num_images"]), warmup_batches=int(request["warmup_batches"]))
+    trainer = lightning.Trainer(accelerator=request["accelerator"], devices=1, precision=request["precision"],
+                                max_epochs=int(request["epochs"]), callbacks=[throughput, Checked()], logger=False,
+                                enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+                                num_sanity_val_steps=0)
+    model = ResNetClassifier(int(request["num_classes"]), lr=0.1 * batch_size / 256)
+    with ResourceMonitor() as monitor:
+        trainer.fit(model, train_dataloaders=loader)
+    rows = []
+    for number, (epoch, checksum) in enumerate(zip(throughput.epochs, checksums, strict=True), start=1):
+        rows.append({"epoch": number, "samples_per_s": epoch["images_per_s"] or 0.0, "images": epoch["images"],
+                     "batches": epoch["batches"], "warmup_batches": epoch["warmup_batches"],
+                     "precision": request["precision"], "decode": "cpu", "device": request["accelerator"],
+                     **_checked(request, checksum, epoch["distinct_images"]), "cache_mb": _cache_mb(cache),
+                     **monitor.usage.to_dict()})
     return rows
 
 
@@ -201,14 +265,17 @@ def main() -> int:
 
 def peer_epochs(settings: S3Settings, uri: str, marker: dict[str, Any], *, peer: str, mode: str, num_workers: int,
                 batch_size: int, image_size: int, warmup_batches: int, total_bytes: int, seed: int = 0,
-                epochs: int = 2, timeout_s: float = CHILD_TIMEOUT_S) -> list[dict[str, Any]]:
-    """Rows of epochs 1..``epochs`` of ``peer`` reading ``uri``'s converted copy (``marker``: its peer.json)."""
+                epochs: int = 2, timeout_s: float = CHILD_TIMEOUT_S, **train: Any) -> list[dict[str, Any]]:
+    """Rows of epochs 1..``epochs`` of ``peer`` reading ``uri``'s converted copy (``marker``: its peer.json).
+
+    ``mode="train"`` also takes ``accelerator``, ``precision`` and ``num_classes``.
+    """
     if mode not in PEER_MODES:
         raise ValueError(f"peer mode must be one of {PEER_MODES}, not {mode!r}")
     request = {"peer": peer, "uri": peer_uri(uri, peer), "mode": mode, "num_workers": num_workers,
                "batch_size": batch_size, "image_size": image_size, "warmup_batches": warmup_batches, "seed": seed,
                "epochs": epochs, "num_images": marker["num_images"], "checksum": marker["checksum"],
-               "total_bytes": total_bytes}
+               "total_bytes": total_bytes, **train}
     child = subprocess.Popen([sys.executable, "-m", "mountctl.pytorch.benchmark.peers"], env=peer_env(settings),
                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                              start_new_session=True)  # its own group: a timeout ends the DataLoader workers too
@@ -239,6 +306,21 @@ def peer_epochs(settings: S3Settings, uri: str, marker: dict[str, Any], *, peer:
 
 def _head(peer: str, base: dict[str, Any]) -> dict[str, Any]:
     return {"source": peer, "kind": "peer", "peer": peer, "backend": "-", **base}
+
+
+def peer_train_cells(run: Any, manifest: Any, uri: str, markers: dict[str, dict[str, Any]]) -> None:
+    """One ResNet-50 training cell per peer (full runs), as the mount's training cells: same model, sizes, workers."""
+    config = run.config
+    base = {"dataset": config.train_dataset.label, "num_images": manifest.num_images,
+            "num_workers": config.train_workers, "batch_size": config.train_batch_size}
+    for peer in markers:
+        run.epochs({"cell": "train", **_head(peer, base)},
+                   lambda p=peer: peer_epochs(run.settings, uri, markers[p], peer=p, mode="train",
+                                              num_workers=config.train_workers, batch_size=config.train_batch_size,
+                                              image_size=manifest.image_size, warmup_batches=config.train_warmup_steps,
+                                              total_bytes=manifest.total_bytes, seed=config.seed,
+                                              accelerator=config.accelerator, precision=config.train_precision,
+                                              num_classes=manifest.num_classes))
 
 
 def peer_cell_count(config: Any, datasets: int, train: bool) -> int:
@@ -308,10 +390,14 @@ def peer_comparison(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _cpu(cell: dict[str, Any] | None) -> float | None:
-    """Loader processes plus the mount daemon: all the CPU a route costs (100 = one core)."""
+    """Loader processes plus the mount daemon: all the CPU a route costs (100 = one core).
+
+    A peer cell's ``process_cpu_pct`` counts its workers exactly (they are reaped within the cell).
+    """
     if cell is None:
         return None
-    return round((cell.get("loader_cpu_pct") or 0.0) + (cell.get("daemon_cpu_pct") or 0.0), 1)
+    loader = cell.get("process_cpu_pct", cell.get("loader_cpu_pct")) or 0.0
+    return round(loader + (cell.get("daemon_cpu_pct") or 0.0), 1)
 
 
 def peer_markdown(cells: list[dict[str, Any]], table: Callable[[list[str], list[list[Any]]], str]) -> str:

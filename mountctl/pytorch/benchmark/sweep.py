@@ -32,7 +32,7 @@ from mountctl.pytorch.benchmark.facts import machine_facts, versions
 from mountctl.pytorch.benchmark.limits import LocalDiskSource, copy_shards, raw_get
 from mountctl.pytorch.benchmark.map_cells import add_map_ratios, map_cell_count, map_cells
 from mountctl.pytorch.benchmark.peer_data import check_peers_installed
-from mountctl.pytorch.benchmark.peers import peer_cell_count, peer_cells, prepare_peer_data
+from mountctl.pytorch.benchmark.peers import peer_cell_count, peer_cells, peer_train_cells, prepare_peer_data
 from mountctl.pytorch.data.manifest import Manifest, load_manifest
 from mountctl.pytorch.data.sources import open_source
 from mountctl.pytorch.data.synthetic import MakeConfig, make_dataset, parse_size
@@ -247,6 +247,10 @@ def run_sweep(config: SweepConfig, *, settings: S3Settings | None = None) -> dic
     peer_markers = {spec.label: prepare_peer_data(config, settings, spec.uri(config.uri), manifest)
                     for spec, manifest in manifests}
     train_manifest = _ensure_dataset(config, settings, config.train_dataset) if config.train and loaders else None
+    train_uri = config.train_dataset.uri(config.uri)
+    # One training cell per peer in a full run (--quick leaves them out).
+    peer_train = {} if train_manifest is None or config.quick else prepare_peer_data(config, settings, train_uri,
+                                                                                       train_manifest)
     sources = len(source_plan(config))
     routes = len(bytes_routes(config.loader_kinds, config.backends or installed_backends()))
     per_dataset = 1 + ((sources + 1) * (1 + len(config.num_workers) * len(EPOCHS)) if config.loader_cells else 0)
@@ -254,7 +258,7 @@ def run_sweep(config: SweepConfig, *, settings: S3Settings | None = None) -> dic
     total = len(manifests) * per_dataset + ((1 + sources * len(EPOCHS)) if train_manifest is not None else 0)
     total += map_cell_count(config, sources) if manifests else 0
     total += checkpoint_cell_count(config)
-    total += peer_cell_count(config, len(manifests), False)
+    total += peer_cell_count(config, len(manifests), bool(peer_train))
     scratch = tempfile.mkdtemp(prefix="mountctl-bench-")
     with tqdm(total=total, unit="cell", desc="bench", disable=not config.progress) as bar:
         run = _Run(config, settings, bar)
@@ -268,9 +272,10 @@ def run_sweep(config: SweepConfig, *, settings: S3Settings | None = None) -> dic
             if train_manifest is not None and gpu_missing:
                 for cell in ("ceiling", "train"):
                     run.cells.append({"cell": cell, "status": "not run: --accelerator gpu but no CUDA device"})
-                bar.update(1 + sources * len(EPOCHS))
+                bar.update(1 + sources * len(EPOCHS) + len(peer_train) * len(EPOCHS))
             elif train_manifest is not None:
-                _train_cells(run, train_manifest, config.train_dataset.uri(config.uri))
+                _train_cells(run, train_manifest, train_uri)
+                peer_train_cells(run, train_manifest, train_uri, peer_train)
             run_checkpoint_cells(run, config.uri, f"{scratch}/checkpoints", CELL_ERRORS)
         finally:
             shutil.rmtree(scratch, ignore_errors=True)

@@ -1,7 +1,11 @@
 #!/usr/bin/env python3
 """Save a checkpoint straight to S3 and load it back, with the S3 Connector for PyTorch.
 
-    python examples/checkpoint_s3.py s3://BUCKET/checkpoints/
+    python examples/checkpoint_s3.py [s3://BUCKET/checkpoints/]
+
+Without a URI it runs on the embedded local S3 (started if it is not running,
+stopped again if it was started for this), with a small example dataset
+written there on first use, as ``resnet.py bench`` and ``demo`` do.
 
 No local copy is written.  The endpoint and credentials come from the
 environment; ``mountctl.resolve()`` turns them into the connector's arguments.
@@ -16,6 +20,7 @@ import torchvision
 from s3torchconnector import S3Checkpoint, S3ClientConfig
 
 import mountctl
+from mountctl.pytorch.fallback import example_uri
 
 
 def main(uri: str) -> None:
@@ -42,6 +47,8 @@ def main(uri: str) -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
+    if len(sys.argv) > 2:
         sys.exit(__doc__)
-    main(sys.argv[1])
+    # Without a URI: a small example on the embedded local S3, as `resnet.py bench` and `demo` do.
+    with example_uri(sys.argv[1] if len(sys.argv) == 2 else None, "none") as chosen:
+        main(chosen)

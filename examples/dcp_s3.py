@@ -1,7 +1,11 @@
 #!/usr/bin/env python3
 """Distributed checkpoint to S3 on 2 ranks, then resume training from it.
 
-    python examples/dcp_s3.py s3://BUCKET/dcp/
+    python examples/dcp_s3.py [s3://BUCKET/dcp/]
+
+Without a URI it runs on the embedded local S3 (started if it is not running,
+stopped again if it was started for this), with a small example dataset
+written there on first use, as ``resnet.py bench`` and ``demo`` do.
 
 Spawns 2 CPU ranks (gloo).  They train a small DDP model a few steps, save the
 model and optimizer with ``torch.distributed.checkpoint`` through
@@ -27,6 +31,7 @@ from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_di
 from torch.nn.parallel import DistributedDataParallel
 
 import mountctl
+from mountctl.pytorch.fallback import example_uri
 
 WORLD_SIZE = 2
 STEPS_BEFORE, STEPS_AFTER = 3, 2
@@ -106,6 +111,8 @@ def main(uri: str) -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
+    if len(sys.argv) > 2:
         sys.exit(__doc__)
-    main(sys.argv[1])
+    # Without a URI: a small example on the embedded local S3, as `resnet.py bench` and `demo` do.
+    with example_uri(sys.argv[1] if len(sys.argv) == 2 else None, "none") as chosen:
+        main(chosen)

@@ -1,7 +1,11 @@
 #!/usr/bin/env python3
 """Two DDP ranks on CPU (gloo) training from files on one shared mount.
 
-    python examples/ddp_shared_mount.py s3://BUCKET/images/ [WORLD_SIZE]
+    python examples/ddp_shared_mount.py [s3://BUCKET/images/ [WORLD_SIZE]]
+
+Without a URI it runs on the embedded local S3 (started if it is not running,
+stopped again if it was started for this), with a small example dataset
+written there on first use, as ``resnet.py bench`` and ``demo`` do.
 
 Every rank calls ``mountctl.mount(uri)``: the first starts the mount, the
 others join it (same mount program, one cache), and the last one out
@@ -20,6 +24,7 @@ import torch.multiprocessing as mp
 from torchvision import datasets, transforms
 
 import mountctl
+from mountctl.pytorch.fallback import example_uri
 
 
 def run_rank(rank: int, world_size: int, uri: str, port: int) -> None:
@@ -56,7 +61,9 @@ def free_port() -> int:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) not in (2, 3):
+    if len(sys.argv) > 3:
         sys.exit(__doc__)
     world = int(sys.argv[2]) if len(sys.argv) == 3 else 2
-    mp.spawn(run_rank, args=(world, sys.argv[1], free_port()), nprocs=world, join=True)
+    # Without a URI: a small example on the embedded local S3 (the ranks inherit its AWS variables).
+    with example_uri(sys.argv[1] if len(sys.argv) >= 2 else None, "files") as chosen:
+        mp.spawn(run_rank, args=(world, chosen, free_port()), nprocs=world, join=True)

@@ -1,7 +1,11 @@
 #!/usr/bin/env python3
 """An ImageFolder over a mounted S3 prefix, with small objects fetched ahead in parallel.
 
-    python examples/imagefolder_over_mount.py s3://BUCKET/files/train/
+    python examples/imagefolder_over_mount.py [s3://BUCKET/files/train/]
+
+Without a URI it runs on the embedded local S3 (started if it is not running,
+stopped again if it was started for this), with a small example dataset
+written there on first use, as ``resnet.py bench`` and ``demo`` do.
 
 The prefix holds one folder per class (``cat/0001.jpg``...), e.g. what
 ``python resnet.py make s3://BUCKET/files/ --num-images 800 --layout files``
@@ -21,6 +25,7 @@ import torch
 
 import mountctl
 from mountctl.pytorch.data.mapstyle import collate, image_folder
+from mountctl.pytorch.fallback import example_uri
 
 
 def epoch(dataset, workers: int = 2) -> tuple[int, float]:
@@ -44,6 +49,8 @@ def main(uri: str) -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
+    if len(sys.argv) > 2:
         sys.exit(__doc__)
-    main(sys.argv[1])
+    # Without a URI: a small example on the embedded local S3, as `resnet.py bench` and `demo` do.
+    with example_uri(sys.argv[1] if len(sys.argv) == 2 else None, "files") as chosen:
+        main(chosen)

@@ -1,7 +1,11 @@
 #!/usr/bin/env python3
 """Mount an S3 prefix for the length of a ``with`` block and feed a plain PyTorch DataLoader.
 
-    python examples/mount_dataloader.py s3://BUCKET/images/
+    python examples/mount_dataloader.py [s3://BUCKET/images/]
+
+Without a URI it runs on the embedded local S3 (started if it is not running,
+stopped again if it was started for this), with a small example dataset
+written there on first use, as ``resnet.py bench`` and ``demo`` do.
 
 The prefix holds one folder per class (``cat/0001.jpg``, ``dog/0002.jpg``...),
 the layout torchvision's ImageFolder reads.  The endpoint and credentials come
@@ -16,6 +20,7 @@ import torch
 from torchvision import datasets, transforms
 
 import mountctl
+from mountctl.pytorch.fallback import example_uri
 
 
 def main(uri: str) -> None:
@@ -35,6 +40,8 @@ def main(uri: str) -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
+    if len(sys.argv) > 2:
         sys.exit(__doc__)
-    main(sys.argv[1])
+    # Without a URI: a small example on the embedded local S3, as `resnet.py bench` and `demo` do.
+    with example_uri(sys.argv[1] if len(sys.argv) == 2 else None, "files") as chosen:
+        main(chosen)

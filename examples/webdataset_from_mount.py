@@ -1,7 +1,11 @@
 #!/usr/bin/env python3
 """Read WebDataset tar shards from a mounted S3 prefix, as if they were local files.
 
-    python examples/webdataset_from_mount.py s3://BUCKET/shard-data/
+    python examples/webdataset_from_mount.py [s3://BUCKET/shard-data/]
+
+Without a URI it runs on the embedded local S3 (started if it is not running,
+stopped again if it was started for this), with a small example dataset
+written there on first use, as ``resnet.py bench`` and ``demo`` do.
 
 Works on the shards ``resnet.py make`` writes (``KEY.jpg`` + ``KEY.cls``).
 The endpoint and credentials come from the environment.
@@ -16,6 +20,7 @@ import torch
 import webdataset as wds
 
 import mountctl
+from mountctl.pytorch.fallback import example_uri
 
 
 def main(uri: str) -> None:
@@ -38,6 +43,8 @@ def main(uri: str) -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
+    if len(sys.argv) > 2:
         sys.exit(__doc__)
-    main(sys.argv[1])
+    # Without a URI: a small example on the embedded local S3, as `resnet.py bench` and `demo` do.
+    with example_uri(sys.argv[1] if len(sys.argv) == 2 else None, "shards") as chosen:
+        main(chosen)

@@ -8,9 +8,14 @@ import logging
 import shlex
 import sys
 import time
+from typing import TYPE_CHECKING
 
-from .errors import MountctlError
+from .errors import InvalidSpec, MountctlError
 from .redaction import redact
+
+if TYPE_CHECKING:
+    from .far_proxy import FarProfile
+    from .local_s3 import LocalS3Status
 
 __all__ = ["main"]
 
@@ -77,10 +82,19 @@ def _parser() -> argparse.ArgumentParser:
         description="Run SeaweedFS on 127.0.0.1 with generated credentials, for demos and tests.",
         epilog="example:\n  mountctl local-s3 start\n  eval \"$(mountctl local-s3 env)\"\n  mountctl local-s3 stop")
     actions = local.add_subparsers(dest="action", required=True, metavar="ACTION")
-    start = actions.add_parser("start", help="start (no-op when running); returns when S3 answers",
-                               epilog="example:\n  mountctl local-s3 start --bucket data", formatter_class=formatter)
+    start = actions.add_parser(
+        "start", help="start (no-op when running); returns when S3 answers", formatter_class=formatter,
+        description="Start the server unless it runs.  --profile far also puts an nginx proxy in front of it that "
+                    "makes it look like S3 in the same region (latency per request, a rate cap per connection); "
+                    "`env` then prints the proxy's endpoint.  --profile local removes the proxy again; without "
+                    "--profile the running profile is kept.",
+        epilog="example:\n  mountctl local-s3 start --bucket data\n  mountctl local-s3 start --profile far --latency-ms 20")
     start.add_argument("--bucket", action="append", help="bucket to create (repeatable; default: mountctl)")
     start.add_argument("--timeout", type=float, default=60.0)
+    start.add_argument("--profile", choices=("local", "far"),
+                       help="local: the server as it is (the default for a new start); far: behind the proxy")
+    start.add_argument("--latency-ms", type=float, help="far: wait per request, ms (default 20)")
+    start.add_argument("--rate-mb-s", type=float, help="far: cap per connection, MB/s (default 50; 0 = none)")
     actions.add_parser("stop", help="stop the server", epilog="example:\n  mountctl local-s3 stop",
                        formatter_class=formatter)
     st = actions.add_parser("status", help="running or not, endpoint, pid",
@@ -183,10 +197,16 @@ def _cmd_local_s3(args: argparse.Namespace) -> int:
 
     server = LocalS3()
     if args.action == "start":
+        far = _far_profile(args)
         was_running = server.status().running
         status = server.start(buckets=tuple(args.bucket or [DEFAULT_BUCKET]), timeout_s=args.timeout)
+        if far is not None:
+            status = server.start_far(far, timeout_s=args.timeout)
+        elif args.profile == "local":
+            server.stop_far()
+            status = server.status()
         verb = "already running" if was_running else "started"
-        print(f"local S3 {verb} at {status.endpoint_url} (pid {status.pid}); "
+        print(f"local S3 {verb} at {status.endpoint_url} (pid {status.pid}, {_profile_line(status)}); "
               "use it with: eval \"$(mountctl local-s3 env)\"", file=sys.stderr)
         return 0
     if args.action == "stop":
@@ -197,13 +217,34 @@ def _cmd_local_s3(args: argparse.Namespace) -> int:
         if getattr(args, "json", False):
             print(json.dumps(status.to_dict(), indent=2))
         elif status.running:
-            print(f"running at {status.endpoint_url} (pid {status.pid}), state in {status.home}")
+            print(f"running at {status.endpoint_url} (pid {status.pid}, {_profile_line(status)}), "
+                  f"state in {status.home}")
         else:
             print(f"not running (state in {status.home}); start it with `mountctl local-s3 start`")
         return 0 if status.running else 3
     for name, value in server.env().items():  # env
         print(f"export {name}={shlex.quote(value)}")
     return 0
+
+
+def _far_profile(args: argparse.Namespace) -> FarProfile | None:
+    """The far profile the start asks for, or None; a far option without ``--profile far`` is a mistake."""
+    from .far_proxy import FarProfile
+
+    given = {name: value for name, value in (("latency_ms", args.latency_ms), ("rate_mb_s", args.rate_mb_s))
+             if value is not None}
+    if args.profile != "far":
+        if given:
+            raise InvalidSpec("--latency-ms and --rate-mb-s shape the far profile: add --profile far")
+        return None
+    return FarProfile(**given)
+
+
+def _profile_line(status: LocalS3Status) -> str:
+    if status.far is None:
+        return "profile local"
+    return (f"profile far: {status.far.latency_ms:g} ms per request, {status.far.rate_mb_s:g} MB/s per connection, "
+            f"in front of {status.server_endpoint_url}")
 
 
 _COMMANDS = {"mount": _cmd_mount, "unmount": _cmd_unmount, "status": _cmd_status, "doctor": _cmd_doctor,

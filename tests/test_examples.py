@@ -79,3 +79,14 @@ def test_dcp_s3_saves_on_two_ranks_and_resumes_training_exactly(s3_env, s3, buck
     assert result["resumed_equals_uninterrupted"] is True and all(r["step"] == 3 for r in result["ranks"])
     keys = {o["Key"] for o in s3.list_objects_v2(Bucket=bucket, Prefix="dcp/")["Contents"]}
     assert {"dcp/.metadata", "dcp/__0_0.distcp", "dcp/__1_0.distcp"} <= keys
+
+
+def test_torchdata_nodes_over_mount_reads_every_sample_once(s3_env, bucket, tmp_path, nothing_left_behind):
+    make_tiny_dataset(f"s3://{bucket}/shards/", num_images=30, shard_size="16KB", num_classes=5)
+    result = output(run_example("torchdata_nodes_over_mount.py", f"s3://{bucket}/shards/", "--state",
+                                str(tmp_path / "state.json")))
+    assert result["images"] == result["dataset_images"] == 30 and result["resumed_at"] == 0
+    assert sorted(result["seen"]) == list(range(30)) and result["mount_pid"] is not None
+    again = output(run_example("torchdata_nodes_over_mount.py", f"s3://{bucket}/shards/", "--state",
+                               str(tmp_path / "state.json")))
+    assert again["images"] == 0 and again["resumed_at"] == 30  # a finished epoch is not trained again

@@ -248,3 +248,31 @@ def test_two_kills_and_resumes_on_three_layouts_train_every_sample_once(s3_env, 
                                       "--resume")))
     assert summary["resumed_from_step"] == resumed_from
     audit(kept, logs.read_new(), resumed_from, 56)
+
+
+@pytest.mark.parametrize("layout,before,after", [
+    ("files", ["--source-kind", "s3io", *ddp(1), "--num-workers", "2"],
+     ["--source-kind", "s3io", *ddp(2), "--num-workers", "1"]),
+    ("random-access", ["--source-kind", "fsspec", *ddp(1), "--num-workers", "1", "--random-access"],
+     ["--source-kind", "fsspec", *ddp(1), "--num-workers", "0", "--random-access"]),
+], ids=["files-1x2-to-2x1", "random-access-1x1-to-1x0"])
+def test_map_style_kill_in_mid_epoch_then_resume_trains_every_sample_once(layout, before, after, s3_env, bucket,
+                                                                          tmp_path):
+    """Map-style keeps its place in the epoch like the shard stream: the batch sampler's position is in the
+    checkpoint, and Lightning's warning that a resume is inexact does not show because it is exact."""
+    uri = f"s3://{bucket}/data/"
+    make_tiny_dataset(uri, num_images=40, shard_size="12KB", layout="files" if layout == "files" else "shards")
+    ckpt, log = str(tmp_path / "ckpt"), str(tmp_path / "samples.log")
+    last = os.path.join(ckpt, "last.ckpt")
+    run = start(train_argv(uri, ckpt, log, "--checkpoint-every-n-steps", "3", *before))
+    kill_when(run, lambda: os.path.exists(last) and checkpoint_step(last) >= 3)
+    logs = SampleLogs(log)
+    killed = logs.read_new()
+    resumed = start(train_argv(uri, ckpt, log, "--checkpoint-every-n-steps", "3", "--resume", *after))
+    out, err = resumed.communicate(timeout=300)
+    assert resumed.returncode == 0, err[-3000:]
+    summary = last_json_line(out)
+    assert 3 <= summary["resumed_from_step"] < 10  # 40 samples in batches of 4
+    counts = audit(killed, logs.read_new(), summary["resumed_from_step"], 40)
+    assert counts["after_resume"] < 40, "the resumed run started the epoch again"
+    assert "ended before the epoch ended" not in err

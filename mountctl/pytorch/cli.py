@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import NoReturn
 
 from mountctl import BACKEND_NAMES, MountctlError
 from mountctl.pytorch.data.device_decode import DECODE_CHOICES
@@ -78,14 +79,26 @@ def _demo(args: argparse.Namespace) -> int:
 
     config = DemoConfig(uri=args.uri or DemoConfig.uri, num_images=args.num_images, image_size=args.image_size,
                         batch_size=args.batch_size, max_epochs=args.max_epochs, num_workers=args.num_workers,
-                        kinds=tuple(args.kinds))
+                        kinds=tuple(args.kinds), store=args.store, far_latency_ms=args.far_latency_ms,
+                        far_rate_mb_s=args.far_rate_mb_s)
     with uri_or_embedded(args.uri, DemoConfig.uri):
         rows = run_demo(config)
     return 0 if all(row["status"] == 0 and row["summary"] for row in rows) else 1
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line and exits 1 like every other error (argparse's own is 2).
+
+    A local stand-in for the core CLI's parser of the same rule; subcommand parsers are made of this
+    class too (``add_subparsers`` uses the parent's class).
+    """
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(1, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="resnet.py", description=DESCRIPTION, epilog=__doc__.split("\n\n", 1)[1],
+    parser = _Parser(prog="resnet.py", description=DESCRIPTION, epilog=__doc__.split("\n\n", 1)[1],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
 
@@ -132,7 +145,8 @@ def build_parser() -> argparse.ArgumentParser:
                        "(s3torchconnector), fsspec+s3://bucket/prefix/ (s3fs), mount[+PROGRAM]://bucket/prefix/ (a "
                        "read-write mountctl mount for the run) or a path")
     train.add_argument("--checkpoint-every-n-steps", type=int, default=0, metavar="N",
-                       help="also write last.ckpt every N steps (default: only at epoch ends and at the end)")
+                       help="also write last.ckpt every N steps; 0 (the default) is off: only at epoch ends and "
+                       "at the end")
     train.add_argument("--resume", action="store_true", help="continue from last.ckpt in --checkpoint-dir, in "
                        "mid-epoch at the first sample its steps had not trained (any number of ranks and workers)")
     train.add_argument("--sample-log", default=None, metavar="FILE",
@@ -145,7 +159,7 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--warmup-batches", type=int, default=5, help="batches per epoch left out of images/s")
     train.add_argument("--no-progress", action="store_true", help="no progress bar")
     train.add_argument("--log-dir", default=None, help="write loss and img/s every 10 steps to "
-                       "DIR/version_N/metrics.csv (Lightning's CSVLogger); default: no metrics file")
+                       "DIR/version_N/metrics.csv and a TensorBoard event file beside it; default: no metrics files")
     train.add_argument("--decode", choices=DECODE_CHOICES, default="auto",
                        help="where JPEGs are decoded: cpu (DataLoader workers), gpu (workers yield bytes, the "
                        "training GPU decodes with nvJPEG), auto (gpu when training on CUDA, else cpu)")
@@ -171,6 +185,12 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--max-epochs", type=int, default=2, help="default 2: epoch 1 and epoch 2 shown apart")
     demo.add_argument("--num-workers", type=int, default=2)
     demo.add_argument("--kinds", nargs="+", choices=list(SOURCE_KINDS), default=list(SOURCE_KINDS))
+    demo.add_argument("--store", choices=("local", "far"), default="far",
+                      help="far (default): train and bench read through a proxy with S3's latency and rate, so the "
+                      "table shows what a user on S3 sees; local: the endpoint itself. A store not on this machine "
+                      "is read as it is")
+    demo.add_argument("--far-latency-ms", type=float, default=None, help="far store: delay per request")
+    demo.add_argument("--far-rate-mb-s", type=float, default=None, help="far store: MB/s per connection")
     demo.set_defaults(func=_demo)
     return parser
 

@@ -9,7 +9,12 @@ from __future__ import annotations
 
 from mountctl import MountctlError
 
-__all__ = ["DatasetError", "NoShards", "TruncatedShard", "CheckpointError"]
+__all__ = ["DatasetError", "NoShards", "TruncatedShard", "CheckpointError", "remake_hint"]
+
+
+def remake_hint(uri: str = "") -> str:
+    """What to do about a dataset that no longer matches its manifest: the one wording of it."""
+    return f"re-run `python resnet.py make {uri + ' ' if uri else ''}...` with the original arguments to rewrite it"
 
 
 class DatasetError(MountctlError):

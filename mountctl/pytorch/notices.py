@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import warnings
 
-__all__ = ["quiet_known_notices", "LIGHTNING_TIP_LOGGERS"]
+__all__ = ["quiet_known_notices", "resume_is_exact", "LIGHTNING_TIP_LOGGERS"]
 
 # Lightning 2.6 prints its "💡 Tip: ... litlogger / litmodels" advertisements with
 # rank_zero_info and has no setting to turn them off (Lightning-AI/pytorch-lightning
@@ -42,6 +42,13 @@ def quiet_known_notices() -> None:
     warnings.filterwarnings("ignore", message=r".*IterableDataset.*has `__len__` defined.*")
     warnings.filterwarnings("ignore", message=r".*does not have many workers.*")
     warnings.filterwarnings("ignore", message=r".*`use_distributed_sampler`.*")
-    # The data position travels in the datamodule's state (datamodule.py), not the loader's: resuming in
-    # mid-epoch is exact although Lightning's check looks only at the loader.
+
+
+def resume_is_exact() -> None:
+    """Silence Lightning's "resuming from a checkpoint that ended before the epoch ended" warning.
+
+    Called only when a checkpoint's data position has been loaded into our datamodule (datamodule.py):
+    Lightning's check looks only at the loader, and the position travels in the datamodule's state, so
+    the warning is false then.  A checkpoint without a data position still shows it.
+    """
     warnings.filterwarnings("ignore", message=r"You're resuming from a checkpoint that ended before the epoch ended")

@@ -1,16 +1,22 @@
 """``--decode gpu``: JPEG bytes decoded after the transfer give the CPU path's tensors.
 
-No GPU here: ``decode_batch`` runs on ``device="cpu"`` (torchvision's libjpeg
+No GPU here: ``decode_batch`` runs on ``device="cpu"`` (TorchCodec's libjpeg-turbo
 decode), the same code path a GPU runs with nvJPEG after the bytes were shipped.
 """
 
 from __future__ import annotations
 
+import io
+import warnings
+
+import numpy as np
 import pytest
 import torch
+from PIL import Image
 
 from mountctl.errors import InvalidSpec
 from mountctl.pytorch.data.device_decode import decode_batch, encoded, resolve_decode, transfer_encoded_batch
+from mountctl.pytorch.data.jpeg import decode_jpegs
 from mountctl.pytorch.data.shards import RawSample, batched, decode
 from mountctl.pytorch.data.synthetic import sample_jpeg
 from mountctl.pytorch.errors import DatasetError
@@ -33,7 +39,7 @@ def test_bytes_decoded_after_transfer_equal_the_cpu_path_at_the_dataset_size():
 
 
 def test_resized_images_are_within_one_grey_level_of_the_cpu_path():
-    """Pillow's bilinear resize and torchvision's antialiased one round differently by at most 1.
+    """Pillow's bilinear resize and torchvision's antialiased tensor one round differently by at most 1.
 
     (Images at least twice the target size differ more: Pillow's ``draft`` then decodes
     them at a reduced DCT scale. ``resnet.py make`` writes images at the dataset size.)
@@ -103,3 +109,38 @@ def test_train_refuses_decode_gpu_before_anything_runs():
 
     with pytest.raises(InvalidSpec, match="--decode gpu"):
         TrainConfig(uri="s3://bucket/data/", decode="gpu")
+
+
+def test_the_cpu_path_decodes_jpegs_at_the_dataset_size_to_pillows_exact_pixels():
+    """TorchCodec decodes these (``shards.decode``); the reference is Pillow's own decode of the same bytes."""
+    for sample in samples(4, 48):
+        pillow = torch.from_numpy(np.asarray(Image.open(io.BytesIO(sample.image)).convert("RGB")).copy())
+        assert torch.equal(decode(sample, 48)[0], pillow.permute(2, 0, 1))
+
+
+def test_decoding_raises_no_torchvision_deprecation_warning():
+    raw = samples(3, 40)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DeprecationWarning)
+        decode_batch([encoded(s.image, s.key, s.shard) for s in raw], 32, "cpu")
+        for sample in raw:
+            decode(sample, 40)
+            decode(sample, 32)
+
+
+def test_the_batch_decode_honours_the_device_argument():
+    raw = samples(2, 24)
+    for device in ("cpu", torch.device("cpu")):
+        images = decode_jpegs([encoded(s.image, s.key, s.shard) for s in raw], device)
+        assert [image.device.type for image in images] == ["cpu", "cpu"]
+        assert all(image.shape == (3, 24, 24) and image.dtype == torch.uint8 for image in images)
+
+
+@pytest.mark.parametrize("cut", [0.5, 0.1])
+def test_a_truncated_jpeg_is_refused_by_name_on_both_paths(cut):
+    good = samples(1, 32)[0]
+    bad = RawSample("k7", 7, good.image[:int(len(good.image) * cut)], 0, shard="s.tar")
+    with pytest.raises(DatasetError, match=r"sample 'k7' in shard s.tar is not a decodable image"):
+        decode(bad, 32)
+    with pytest.raises(DatasetError, match=r"a batch of 1 JPEGs did not decode on cpu .*--decode cpu"):
+        decode_batch([encoded(bad.image, bad.key, bad.shard)], 32, "cpu")

@@ -76,6 +76,31 @@ def test_batch_sampler_shuffles_differently_each_epoch():
     assert first != [i for _, i in next(iter(sampler))] and sorted(first) == list(range(50))
 
 
+@pytest.mark.parametrize("before,after,steps", [((2, 8), (3, 5), 2), ((1, 4), (2, 6), 5), ((3, 3), (1, 10), 1)])
+def test_batch_sampler_resumed_on_another_layout_gives_the_rest_of_the_epoch_once(before, after, steps):
+    """Run ``steps`` steps on (ranks, batch size) ``before``, record the position as the checkpoint does, and
+    resume on ``after``: the samples trained before plus those after are the epoch's, each exactly once."""
+    from mountctl.pytorch.data.plan import consumed_after
+
+    total = 47
+
+    def samplers(world_size, batch_size, consumed=(), steps_before=0):
+        for rank in range(world_size):
+            sampler = ExactlyOnceBatchSampler(total, batch_size=batch_size, world_size=world_size, rank=rank,
+                                              seed=4)
+            sampler.set_epoch(1)
+            sampler.resume_at(consumed, steps_before)
+            yield sampler
+
+    trained = [i for s in samplers(*before) for batch in list(s)[:steps] for _, i in batch]
+    consumed = consumed_after(total, (), world_size=before[0], batch_size=before[1], num_workers=1, steps=steps)
+    assert sum(hi - lo for lo, hi in consumed) == len(trained)
+    resumed = list(samplers(*after, consumed=consumed, steps_before=steps))
+    rest = [i for s in resumed for batch in s for _, i in batch]
+    assert sorted(trained + rest) == list(range(total))
+    assert len({len(s) for s in resumed}) == 1 and len(resumed[0]) == steps + len(list(resumed[0]))
+
+
 class _SlowReader:
     """A test double (a real slow store cannot be had on demand here): FileReader plus a delay, counting overlap."""
 

@@ -95,12 +95,12 @@ def test_the_sweep_takes_known_peers_only_and_counts_their_cells():
 
 def loader(source: str, kind: str, epoch: int, rate: float, **extra) -> dict:
     return {"cell": "loader", "status": "ok", "dataset": "d", "num_workers": 2, "epoch": epoch, "source": source,
-            "kind": kind, "samples_per_s": rate, "loader_cpu_pct": 100.0, "daemon_cpu_pct": None, **extra}
+            "kind": kind, "samples_per_s": rate, "loader_cpu_pct": 100.0, "program_cpu_pct": None, **extra}
 
 
 def test_the_comparison_sets_the_fastest_mount_against_the_faster_peer_per_epoch():
-    cells = [loader("mountpoint/rclone", "mountpoint", 1, 800.0, daemon_cpu_pct=50.0),
-             loader("mountpoint/s3fs", "mountpoint", 1, 900.0, daemon_cpu_pct=40.0),
+    cells = [loader("mountpoint/rclone", "mountpoint", 1, 800.0, program_cpu_pct=50.0),
+             loader("mountpoint/s3fs", "mountpoint", 1, 900.0, program_cpu_pct=40.0),
              loader("s3io", "s3io", 1, 2000.0),
              loader("litdata", "peer", 1, 1000.0, peer="litdata"),
              loader("streaming", "peer", 1, 600.0, peer="streaming"),

@@ -397,7 +397,7 @@ def _cpu(cell: dict[str, Any] | None) -> float | None:
     if cell is None:
         return None
     loader = cell.get("process_cpu_pct", cell.get("loader_cpu_pct")) or 0.0
-    return round(loader + (cell.get("daemon_cpu_pct") or 0.0), 1)
+    return round(loader + (cell.get("program_cpu_pct") or 0.0), 1)
 
 
 def peer_markdown(cells: list[dict[str, Any]], table: Callable[[list[str], list[list[Any]]], str]) -> str:

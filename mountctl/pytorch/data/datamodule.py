@@ -1,8 +1,9 @@
-"""``ShardDataModule``: the Lightning side of the data, built once the Trainer knows its rank.
+"""The Lightning side of the data (``ShardDataModule``, ``MapDataModule``), built once the Trainer knows its rank.
 
-It also carries the data position through checkpoints (``state_dict``): the
-epoch and the global positions its steps trained, whatever the layout, so a
-resumed job (any ranks, any workers) trains the rest of the epoch exactly once.
+Both carry the data position through checkpoints (``state_dict``): the epoch
+and the global positions its steps trained, whatever the layout, so a resumed
+job (any ranks, any workers, shards or map-style) trains the rest of the epoch
+exactly once.
 """
 
 from __future__ import annotations
@@ -12,34 +13,84 @@ from typing import Any
 import lightning
 import torch
 
-from mountctl.pytorch.data.dataset import EpochLoader, ShardDataset
+from mountctl.pytorch.data.dataset import BATCH_TIMEOUT_S, EpochLoader, ShardDataset, check_same_order
 from mountctl.pytorch.data.device_decode import transfer_encoded_batch
 from mountctl.pytorch.data.manifest import Manifest
 from mountctl.pytorch.data.plan import Span, consumed_after
 from mountctl.pytorch.errors import CheckpointError
+from mountctl.pytorch.notices import resume_is_exact
 
-__all__ = ["ShardDataModule", "BATCH_TIMEOUT_S"]
-
-# A bound on waiting for any one batch from a worker.  A wedged mount is the watchdog's to
-# replace (open_resilient then reads on); this only stops a run from hanging for ever.
-BATCH_TIMEOUT_S = 600.0
+__all__ = ["ShardDataModule", "MapDataModule", "BATCH_TIMEOUT_S"]
 
 
-class ShardDataModule(lightning.LightningDataModule):
-    def __init__(self, manifest: Manifest, source: Any, *, batch_size: int, num_workers: int, seed: int,
-                 shuffle_buffer: int = 1000, pin_memory: bool = False, decode: str = "cpu") -> None:
+class _PositionedDataModule(lightning.LightningDataModule):
+    """The data position in checkpoints, for whichever object walks the plan (``_walker``).
+
+    The walker (a ``ShardDataset``, or the map-style ``ExactlyOnceBatchSampler``) has ``epoch``,
+    ``consumed`` and ``steps_before``; ``_order_workers`` is how many readers interleave its batches
+    (the DataLoader's workers for shards; 1 for a batch sampler, whose batches come out in order).
+    """
+
+    def __init__(self, manifest: Manifest, *, batch_size: int, num_workers: int, seed: int,
+                 window: int | None) -> None:
         super().__init__()
         self.manifest = manifest
-        self.source = source
         self.batch_size = batch_size
         self.num_workers = num_workers
         self.seed = seed
+        self.window = window  # the shard path's shuffle window; None for map-style (one global permutation)
+        self._resume: dict[str, Any] | None = None  # a checkpoint's position, until its epoch starts
+        self._walker: Any = None
+        self._start_step = 0  # the global step at which the current walker's first batch was taken
+        self._order_workers = 1
+
+    def _resume_walker(self, walker: Any) -> None:
+        resume = self._resume
+        if resume is not None and len(resume["consumed"]) and resume["samples"] < self.manifest.num_images:
+            walker.resume_at(tuple((lo, hi) for lo, hi in resume["consumed"]), resume["steps"])
+        self._walker = walker
+
+    def _begin_epoch(self) -> int:
+        trainer, walker = self.trainer, self._walker
+        assert trainer is not None and walker is not None
+        epoch = trainer.current_epoch
+        if walker.consumed and self._resume is not None and self._resume["epoch"] != epoch:
+            raise CheckpointError(f"the checkpoint stopped in epoch {self._resume['epoch']} but training resumed "
+                                  f"at epoch {epoch}; resume from an unmodified last.ckpt")
+        self._resume = None
+        self._start_step = trainer.global_step
+        return epoch
+
+    def state_dict(self) -> dict[str, Any]:
+        """The data position: epoch, positions trained (spans of the global order), steps that trained them."""
+        trainer, walker = self.trainer, self._walker
+        if walker is None or trainer is None:
+            return dict(self._resume or {})
+        steps = trainer.global_step - self._start_step
+        consumed: tuple[Span, ...] = consumed_after(
+            self.manifest.num_images, walker.consumed, world_size=trainer.world_size, batch_size=self.batch_size,
+            num_workers=self._order_workers, steps=steps)
+        return {"epoch": walker.epoch, "consumed": [list(span) for span in consumed],
+                "samples": sum(hi - lo for lo, hi in consumed), "steps": walker.steps_before + steps,
+                "seed": self.seed, "window": self.window}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        # The global order depends on the seed and window; ranks, workers and batch size may change.
+        check_same_order(state_dict, self.seed, self.window)
+        self._resume = dict(state_dict) if state_dict else None
+        if self._resume is not None:
+            resume_is_exact()  # Lightning's "not resumable" warning looks at the loader; the position is here
+
+
+class ShardDataModule(_PositionedDataModule):
+    def __init__(self, manifest: Manifest, source: Any, *, batch_size: int, num_workers: int, seed: int,
+                 shuffle_buffer: int = 1000, pin_memory: bool = False, decode: str = "cpu") -> None:
+        super().__init__(manifest, batch_size=batch_size, num_workers=num_workers, seed=seed, window=shuffle_buffer)
+        self.source = source
         self.shuffle_buffer = shuffle_buffer
         self.pin_memory = pin_memory
         self.decode = decode  # "gpu": batches arrive as JPEG bytes and are decoded on the device
-        self._resume: dict[str, Any] | None = None  # a checkpoint's position, until its epoch starts
-        self._dataset: ShardDataset | None = None
-        self._start_step = 0  # the global step at which the current dataset's first batch was taken
+        self._order_workers = num_workers
 
     def train_dataloader(self) -> EpochLoader:
         trainer = self.trainer
@@ -47,10 +98,7 @@ class ShardDataModule(lightning.LightningDataModule):
         dataset = ShardDataset(self.manifest, self.source, batch_size=self.batch_size, seed=self.seed,
                                rank=trainer.global_rank, world_size=trainer.world_size,
                                shuffle_buffer=self.shuffle_buffer, decode=self.decode)
-        resume = self._resume
-        if resume is not None and len(resume["consumed"]) and resume["samples"] < self.manifest.num_images:
-            dataset.resume_at(tuple((lo, hi) for lo, hi in resume["consumed"]), resume["steps"])
-        self._dataset = dataset
+        self._resume_walker(dataset)
         extra: dict[str, Any] = {"prefetch_factor": 2, "timeout": BATCH_TIMEOUT_S} if self.num_workers > 0 else {}
         # Workers are not persistent: each epoch's workers must start from that epoch's plan.
         return EpochLoader(dataset, epoch_fn=self._begin_epoch, num_workers=self.num_workers,
@@ -62,60 +110,26 @@ class ShardDataModule(lightning.LightningDataModule):
             return transfer_encoded_batch(batch, self.manifest.image_size, device)
         return super().transfer_batch_to_device(batch, device, dataloader_idx)
 
-    def _begin_epoch(self) -> int:
-        trainer, dataset = self.trainer, self._dataset
-        assert trainer is not None and dataset is not None
-        epoch = trainer.current_epoch
-        if dataset.consumed and self._resume is not None and self._resume["epoch"] != epoch:
-            raise CheckpointError(f"the checkpoint stopped in epoch {self._resume['epoch']} but training resumed "
-                                  f"at epoch {epoch}; resume from an unmodified last.ckpt")
-        self._resume = None
-        self._start_step = trainer.global_step
-        return epoch
 
-    def state_dict(self) -> dict[str, Any]:
-        """The data position: epoch, positions trained (spans of the global order), steps that trained them."""
-        trainer, dataset = self.trainer, self._dataset
-        if dataset is None or trainer is None:
-            return dict(self._resume or {})
-        steps = trainer.global_step - self._start_step
-        consumed: tuple[Span, ...] = consumed_after(
-            self.manifest.num_images, dataset.consumed, world_size=trainer.world_size, batch_size=self.batch_size,
-            num_workers=self.num_workers, steps=steps)
-        return {"epoch": dataset.epoch, "consumed": [list(span) for span in consumed],
-                "samples": sum(hi - lo for lo, hi in consumed), "steps": dataset.steps_before + steps,
-                "seed": self.seed, "window": self.shuffle_buffer}
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        # The global order depends on these two; ranks, workers and batch size may change.
-        if state_dict and (state_dict.get("seed"), state_dict.get("window")) != (self.seed, self.shuffle_buffer):
-            raise CheckpointError(f"the checkpoint was trained with --seed {state_dict.get('seed')} and "
-                                  f"--shuffle-buffer {state_dict.get('window')}; resume with the same ones, or "
-                                  "drop --resume to start afresh")
-        self._resume = dict(state_dict) if state_dict else None
-
-class MapDataModule(lightning.LightningDataModule):
+class MapDataModule(_PositionedDataModule):
     """Map-style data (files layout, or random access into indexed shards): one object read per sample.
 
     Batches come from ``ExactlyOnceBatchSampler`` (every sample once per epoch over all ranks, the same
-    number of steps on each), so Lightning's own DistributedSampler stays off.
+    number of steps on each), so Lightning's own DistributedSampler stays off.  Each batch gets its
+    samples' keys (``"keys"``, for ``--sample-log``) in this process, so the workers never carry them.
     """
 
     def __init__(self, manifest: Manifest, source: Any, uri: str, *, batch_size: int, num_workers: int, seed: int,
                  pin_memory: bool = False, readahead_threads: int = 16) -> None:
-        super().__init__()
-        self.manifest = manifest
+        super().__init__(manifest, batch_size=batch_size, num_workers=num_workers, seed=seed, window=None)
         self.source = source
         self.uri = uri
-        self.batch_size = batch_size
-        self.num_workers = num_workers
-        self.seed = seed
         self.pin_memory = pin_memory
         self.readahead_threads = readahead_threads
+        self._keys: list[str] = []
+        self._dataset: Any = None  # this epoch's; its reader's descriptors are given back when it is replaced
 
-    def train_dataloader(self) -> Any:
-        from torch.utils.data import DataLoader
-
+    def train_dataloader(self) -> EpochLoader:
         from mountctl.pytorch.data.mapsampler import ExactlyOnceBatchSampler
         from mountctl.pytorch.data.mapstyle import MapSampleDataset, collate
 
@@ -123,9 +137,26 @@ class MapDataModule(lightning.LightningDataModule):
         assert trainer is not None, "train_dataloader() is called by a Trainer"
         dataset = MapSampleDataset.from_manifest(self.manifest, self.source, self.uri,
                                                  readahead_threads=self.readahead_threads)
+        self._close_dataset()
+        self._dataset, self._keys = dataset, dataset.keys
         sampler = ExactlyOnceBatchSampler(len(dataset), batch_size=self.batch_size, world_size=trainer.world_size,
-                                          rank=trainer.global_rank, seed=self.seed,
-                                          epoch_fn=lambda: trainer.current_epoch)
+                                          rank=trainer.global_rank, seed=self.seed)
+        self._resume_walker(sampler)
         extra: dict[str, Any] = {"prefetch_factor": 2, "timeout": BATCH_TIMEOUT_S} if self.num_workers > 0 else {}
-        return DataLoader(dataset, batch_sampler=sampler, collate_fn=collate, num_workers=self.num_workers,
-                          pin_memory=self.pin_memory, persistent_workers=False, **extra)
+        return EpochLoader(dataset, epoch_fn=self._begin_epoch, batch_sampler=sampler, collate_fn=collate,
+                           num_workers=self.num_workers, pin_memory=self.pin_memory, persistent_workers=False,
+                           **extra)
+
+    def _close_dataset(self) -> None:
+        close = getattr(getattr(self._dataset, "reader", None), "close", None)
+        if close is not None:
+            close()
+        self._dataset = None
+
+    def teardown(self, stage: str) -> None:
+        self._close_dataset()  # before the source (a mount) is released
+
+    def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        if isinstance(batch, dict) and "keys" not in batch and self._keys:
+            batch["keys"] = tuple(self._keys[i] for i in batch["index"])
+        return batch

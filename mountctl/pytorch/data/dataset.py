@@ -3,6 +3,13 @@
 It yields whole batches (use it with ``DataLoader(batch_size=None)``), because
 only the dataset knows the plan that gives every rank the same number of
 steps (see ``plan.py``).  It needs no Lightning: plain PyTorch loops can use it.
+
+Two ways to resume mid-epoch.  ``position`` / ``resume_from`` carry the
+layout-free position (the spans of the global order trained): the datamodule's
+checkpoints and the torchdata node use it, and it resumes on any ranks and
+workers.  ``state_dict`` / ``load_state_dict`` (torchdata's ``Stateful``, what
+``StatefulDataLoader`` calls in each worker) hold one worker's count of batches
+and skip them without reading their samples: the same layout only.
 """
 
 from __future__ import annotations
@@ -14,10 +21,44 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from mountctl.pytorch.data.device_decode import encoded
 from mountctl.pytorch.data.manifest import Manifest
-from mountctl.pytorch.data.plan import Assignment, Span, plan_epoch, remaining_spans, sample_order, steps_per_epoch
+from mountctl.pytorch.data.plan import (
+    Assignment,
+    ShardSlice,
+    Span,
+    consumed_after,
+    plan_epoch,
+    remaining_spans,
+    sample_order,
+    steps_per_epoch,
+)
 from mountctl.pytorch.data.shards import RawSample, batched, decode, read_shard, reordered
+from mountctl.pytorch.errors import CheckpointError
 
-__all__ = ["ShardDataset", "EpochLoader"]
+__all__ = ["ShardDataset", "EpochLoader", "check_same_order", "BATCH_TIMEOUT_S"]
+
+# A bound on waiting for any one batch from a worker.  A wedged mount is the watchdog's to
+# replace (open_resilient then reads on); this only stops a run from hanging for ever.
+BATCH_TIMEOUT_S = 600.0
+
+
+def check_same_order(state: dict[str, Any], seed: int, window: int | None) -> None:
+    """A saved position is a set of positions of one global order: refuse it under another seed or window."""
+    if state and (state.get("seed"), state.get("window")) != (seed, window):
+        raise CheckpointError(f"the checkpoint was trained with --seed {state.get('seed')} and "
+                              f"--shuffle-buffer {state.get('window')}; resume with the same ones, or "
+                              "drop --resume to start afresh")
+
+
+def _skip(assignment: Assignment, batches: int) -> Assignment:
+    """The assignment without its first ``batches`` batches (their samples are never read)."""
+    drop = sum(assignment.batch_sizes[:batches])
+    slices = []
+    for piece in assignment.slices:
+        cut = min(drop, piece.stop - piece.start)
+        drop -= cut
+        if piece.start + cut < piece.stop:
+            slices.append(ShardSlice(piece.shard, piece.start + cut, piece.stop))
+    return Assignment(tuple(slices), assignment.batch_sizes[batches:])
 
 
 class ShardDataset(IterableDataset):
@@ -45,6 +86,8 @@ class ShardDataset(IterableDataset):
         self.epoch = 0
         self.consumed: tuple[Span, ...] = ()  # positions of this epoch trained before a resume
         self.steps_before = 0  # the steps that trained them
+        self._worker_batches = 0  # batches this worker's iterator yielded (StatefulDataLoader's state)
+        self._skip_batches = 0  # batches of this worker's assignment to skip (a StatefulDataLoader resume)
         steps_per_epoch(manifest.num_images, world_size, batch_size)  # fail here, not in a worker
 
     def set_epoch(self, epoch: int) -> None:
@@ -52,6 +95,39 @@ class ShardDataset(IterableDataset):
 
     def resume_at(self, consumed: tuple[Span, ...], steps_before: int) -> None:
         self.consumed, self.steps_before = consumed, steps_before
+
+    def position(self, steps: int, num_workers: int) -> dict[str, Any]:
+        """The data position once every rank has run ``steps`` more steps of this epoch's plan.
+
+        Epoch, the spans of the global order trained, their count, the steps that trained them,
+        and the seed and window that define the order; ``resume_from`` takes it on any layout.
+        """
+        consumed = consumed_after(self.manifest.num_images, self.consumed, world_size=self.world_size,
+                                  batch_size=self.batch_size, num_workers=num_workers, steps=steps)
+        return {"epoch": self.epoch, "consumed": [list(span) for span in consumed],
+                "samples": sum(hi - lo for lo, hi in consumed), "steps": self.steps_before + steps,
+                "seed": self.seed, "window": self.shuffle_buffer}
+
+    def resume_from(self, state: dict[str, Any]) -> bool:
+        """Start at ``state``'s epoch, skipping the positions it trained; False when that epoch was complete."""
+        check_same_order(state, self.seed, self.shuffle_buffer)
+        self.set_epoch(int(state["epoch"]))
+        complete = state["samples"] >= self.manifest.num_images
+        if len(state["consumed"]) and not complete:
+            self.resume_at(tuple((lo, hi) for lo, hi in state["consumed"]), state["steps"])
+        else:
+            self.resume_at((), 0)
+        return not complete
+
+    def state_dict(self) -> dict[str, Any]:
+        """This worker's place in the same layout (``StatefulDataLoader``): the epoch and its batches yielded."""
+        return {"epoch": self.epoch, "worker_batches": self._worker_batches, "consumed": list(self.consumed),
+                "steps_before": self.steps_before}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.set_epoch(int(state["epoch"]))
+        self.resume_at(tuple((lo, hi) for lo, hi in state["consumed"]), int(state["steps_before"]))
+        self._skip_batches = int(state["worker_batches"])
 
     def __len__(self) -> int:
         """Batches of this epoch (those before a resume included), summed over workers; the same on every rank."""
@@ -77,7 +153,9 @@ class ShardDataset(IterableDataset):
     def __iter__(self) -> Iterator[dict[str, Any]]:
         info = get_worker_info()
         worker, num_workers = (info.id, info.num_workers) if info is not None else (0, 1)
-        assignment = self.assignment(worker, num_workers)
+        skip, self._skip_batches = self._skip_batches, 0
+        assignment = _skip(self.assignment(worker, num_workers), skip)
+        self._worker_batches = skip
         samples: Iterator[RawSample] = self.raw_samples(assignment)
         keys: dict[int, str] = {}
 
@@ -92,6 +170,7 @@ class ShardDataset(IterableDataset):
         for batch in batched(items, assignment.batch_sizes, encoded=on_device):
             batch["keys"] = tuple(keys.pop(i) for i in batch["index"])  # for --sample-log
             batch["epoch"] = self.epoch  # the epoch whose plan and shuffle made this batch
+            self._worker_batches += 1
             yield batch
 
 
@@ -103,17 +182,23 @@ class EpochLoader(DataLoader):
     Workers take their copy of the dataset when they start, so starting them at the
     first ``next()`` (when ``epoch_fn()``, e.g. ``trainer.current_epoch``, is the
     epoch being run) gives every epoch, resumed ones included, its own shuffle.
+    The epoch goes to the batch sampler when it has ``set_epoch`` (map-style,
+    ``ExactlyOnceBatchSampler``), else to the dataset (``ShardDataset``, which
+    batches itself).
     """
 
-    def __init__(self, dataset: ShardDataset, *, epoch_fn: Callable[[], int], **kwargs: Any) -> None:
-        super().__init__(dataset, batch_size=None, **kwargs)
+    def __init__(self, dataset: Any, *, epoch_fn: Callable[[], int], **kwargs: Any) -> None:
+        if "batch_sampler" not in kwargs:
+            kwargs["batch_size"] = None  # ShardDataset yields whole batches
+        super().__init__(dataset, **kwargs)
         self._epoch_fn = epoch_fn
 
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]  # batches, not a loader iterator
         return _StartOnFirstBatch(self)
 
     def _start(self) -> Iterator[Any]:
-        self.dataset.set_epoch(int(self._epoch_fn()))  # type: ignore[attr-defined]
+        holder = self.batch_sampler if hasattr(self.batch_sampler, "set_epoch") else self.dataset
+        holder.set_epoch(int(self._epoch_fn()))  # type: ignore[union-attr]
         return super().__iter__()
 
 

@@ -6,9 +6,9 @@ with its label; ``decode_batch`` turns a batch of them into the same uint8
 NCHW images as ``shards.decode`` (the CPU path), on the device, in
 channels_last.  nvJPEG reads the bytes from host memory, so the bytes are
 never copied to the device by hand; labels move with non-blocking copies.
-On ``device="cpu"`` the same function runs torchvision's libjpeg decode,
-which is how the tests check it against the CPU path on a machine without a
-GPU.
+Both decodes are TorchCodec's (``jpeg.py``): nvJPEG on CUDA, libjpeg-turbo
+on ``device="cpu"``, which is how the tests check this path against the CPU
+path on a machine without a GPU.
 """
 
 from __future__ import annotations
@@ -75,12 +75,13 @@ def decode_batch(jpegs: Sequence[torch.Tensor], image_size: int, device: torch.d
     bilinear filter, within one grey level of Pillow's (see the tests).
     """
     import torch
-    from torchvision.io import ImageReadMode, decode_jpeg
+
+    from mountctl.pytorch.data.jpeg import DECODE_ERRORS, decode_jpegs
 
     device = torch.device(device)
     try:
-        images = decode_jpeg(list(jpegs), mode=ImageReadMode.RGB, device=device)
-    except RuntimeError as exc:  # what torchvision raises for bytes that are not a decodable JPEG
+        images = decode_jpegs(jpegs, device)
+    except DECODE_ERRORS as exc:
         raise DatasetError(f"a batch of {len(jpegs)} JPEGs did not decode on {device} ({exc}); "
                            "fix the shard or use --decode cpu") from None
     fitted = [_fit(image, image_size) for image in images]

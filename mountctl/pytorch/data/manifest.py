@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from mountctl import BucketNotFound, InvalidSpec, S3Settings, parse_s3_uri
-from mountctl.pytorch.errors import DatasetError, NoShards, TruncatedShard
+from mountctl.pytorch.errors import DatasetError, NoShards, TruncatedShard, remake_hint
 from mountctl.s3 import check_bucket_access, is_not_found, list_object_sizes, short_client
 
 __all__ = ["ShardInfo", "FileInfo", "Manifest", "MANIFEST_NAME", "FORMAT", "FILES_FORMAT", "load_manifest",
@@ -73,7 +73,7 @@ class Manifest:
                 raise InvalidSpec(f"a files-layout manifest must list {self.num_images} objects and no shards")
             return
         if self.format != FORMAT:
-            raise InvalidSpec(f"manifest format {self.format!r} is not {FORMAT!r}; re-run `resnet.py make`")
+            raise InvalidSpec(f"manifest format {self.format!r} is not {FORMAT!r}; {remake_hint()}")
         if not self.shards:
             raise InvalidSpec("a manifest must list at least one shard")
         expected = 0
@@ -145,8 +145,7 @@ def load_manifest(settings: S3Settings, uri: str) -> Manifest:
     try:
         return Manifest.from_dict(json.loads(body))
     except (ValueError, KeyError, TypeError) as exc:
-        raise DatasetError(f"{uri}{MANIFEST_NAME} is not a valid manifest ({exc}); re-run "
-                           f"`python resnet.py make {uri} ...`") from None
+        raise DatasetError(f"{uri}{MANIFEST_NAME} is not a valid manifest ({exc}); {remake_hint(uri)}") from None
 
 
 def save_manifest(client: Any, uri: str, manifest: Manifest) -> None:
@@ -169,8 +168,7 @@ def check_shards_present(settings: S3Settings, uri: str, manifest: Manifest) -> 
         size = sizes.get(shard.name)
         if size is None:
             raise DatasetError(f"shard {shard.name} listed in {uri}{MANIFEST_NAME} is missing from {uri}; "
-                               f"re-run `python resnet.py make {uri} ...` with the original arguments")
+                               f"{remake_hint(uri)}")
         if size != shard.bytes:
             raise TruncatedShard(f"shard {shard.name} at {uri} is {size} bytes but the manifest says "
-                                 f"{shard.bytes}: it was truncated or overwritten; re-run `python resnet.py "
-                                 f"make {uri} ...` with the original arguments to rewrite it", shard=shard.name)
+                                 f"{shard.bytes}: it was truncated or overwritten; {remake_hint(uri)}", shard=shard.name)

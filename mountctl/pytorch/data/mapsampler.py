@@ -7,6 +7,10 @@ epoch from the seed, gives each rank a contiguous, balanced range and cuts it
 into the same number of batches on every rank (``plan.batch_sizes``): nothing
 repeated, nothing dropped.  Each index is yielded as ``(epoch, index)`` so the
 batch says which epoch's shuffle made it.
+
+Mid-epoch resume is the shard plan's (``plan.py``): ``resume_at`` skips the
+positions of the epoch's permutation a checkpoint's steps trained, and the rest
+is split again over however many ranks the resumed job has.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Iterator
 
-from mountctl.pytorch.data.plan import batch_sizes, steps_per_epoch
+from mountctl.pytorch.data.plan import Span, rank_batches, remaining_spans, steps_per_epoch
 
 __all__ = ["ExactlyOnceBatchSampler", "epoch_permutation"]
 
@@ -31,7 +35,7 @@ class ExactlyOnceBatchSampler:
 
     def __init__(self, num_samples: int, *, batch_size: int, world_size: int = 1, rank: int = 0, seed: int = 0,
                  shuffle: bool = True, epoch_fn: Callable[[], int] | None = None) -> None:
-        self.steps = steps_per_epoch(num_samples, world_size, batch_size)  # fails here, before any worker
+        steps_per_epoch(num_samples, world_size, batch_size)  # fails here, before any worker
         self.num_samples = num_samples
         self.batch_size = batch_size
         self.world_size = world_size
@@ -40,18 +44,23 @@ class ExactlyOnceBatchSampler:
         self.shuffle = shuffle
         self.epoch = 0
         self.epoch_fn = epoch_fn
+        self.consumed: tuple[Span, ...] = ()  # positions of this epoch trained before a resume
+        self.steps_before = 0  # the steps that trained them
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
 
+    def resume_at(self, consumed: tuple[Span, ...], steps_before: int) -> None:
+        self.consumed, self.steps_before = consumed, steps_before
+
     def __len__(self) -> int:
-        return self.steps
+        """Steps of this epoch, those before a resume included (what Lightning counts); the same on every rank."""
+        left = sum(hi - lo for lo, hi in remaining_spans(self.num_samples, self.consumed))
+        return self.steps_before + steps_per_epoch(left, self.world_size, self.batch_size)
 
     def __iter__(self) -> Iterator[list[tuple[int, int]]]:
         epoch = int(self.epoch_fn()) if self.epoch_fn is not None else self.epoch
         order = epoch_permutation(self.num_samples, seed=self.seed, epoch=epoch, shuffle=self.shuffle)
-        start = self.rank * self.num_samples // self.world_size
-        stop = (self.rank + 1) * self.num_samples // self.world_size
-        for size in batch_sizes(stop - start, self.steps, self.batch_size):
-            yield [(epoch, i) for i in order[start:start + size]]
-            start += size
+        for spans in rank_batches(self.num_samples, self.consumed, world_size=self.world_size, rank=self.rank,
+                                  batch_size=self.batch_size):
+            yield [(epoch, order[position]) for lo, hi in spans for position in range(lo, hi)]

@@ -31,7 +31,7 @@ from torch.utils.data import Dataset
 
 from mountctl.pytorch.data.manifest import MANIFEST_NAME, Manifest
 from mountctl.pytorch.data.shards import IMAGE_EXTENSIONS, RawSample, decode
-from mountctl.pytorch.errors import DatasetError
+from mountctl.pytorch.errors import DatasetError, remake_hint
 
 __all__ = ["MapSampleDataset", "SampleRef", "ObjectReader", "image_folder", "collate", "FETCH_TIMEOUT_S",
            "JPEG_MAGIC"]
@@ -59,12 +59,13 @@ class SampleRef:
     cls_at: int = 0  # where the .cls bytes start within the range
     cls_size: int = 0
     crc32: int | None = None
+    key: str = ""  # what --sample-log names it by: the object key, or SHARD#N for the N-th sample of a shard
 
 
 def _refs_of(manifest: Manifest, uri: str) -> tuple[list[str], list[SampleRef]]:
     if manifest.layout == "files":
         return ([f.key for f in manifest.files],
-                [SampleRef(i, i, f.label, jpg_size=f.bytes) for i, f in enumerate(manifest.files)])
+                [SampleRef(i, i, f.label, jpg_size=f.bytes, key=f.key) for i, f in enumerate(manifest.files)])
     if not manifest.indexed:
         raise DatasetError(f"{uri}{MANIFEST_NAME} has no tar index, which random access into its shards needs "
                            f"(it was written before the index existed); add one without re-uploading the shards: "
@@ -73,7 +74,7 @@ def _refs_of(manifest: Manifest, uri: str) -> tuple[list[str], list[SampleRef]]:
     for j, shard in enumerate(manifest.shards):
         for k, (jpg_at, jpg_size, cls_at, cls_size, crc) in enumerate(shard.members or ()):
             refs.append(SampleRef(shard.first_index + k, j, -1, jpg_at, cls_at + cls_size - jpg_at, jpg_size,
-                                  cls_at - jpg_at, cls_size, crc))
+                                  cls_at - jpg_at, cls_size, crc, f"{shard.name}#{k}"))
     return [s.name for s in manifest.shards], refs
 
 
@@ -123,6 +124,11 @@ class MapSampleDataset(Dataset):
     def targets(self) -> list[int]:
         return [r.label for r in self.refs]
 
+    @property
+    def keys(self) -> list[str]:
+        """Each sample's key by index: the object's key, or ``SHARD#N`` for a sample inside a shard."""
+        return [r.key or self.names[r.container] for r in self.refs]
+
     def __len__(self) -> int:
         return len(self.refs)
 
@@ -142,8 +148,8 @@ class MapSampleDataset(Dataset):
             missing = isinstance(exc, FileNotFoundError) or any(
                 word in text for word in ("NoSuchKey", "Not Found", "not found", "does not exist", "404"))
             if missing:
-                raise DatasetError(f"object {self.uri}{name} listed in {MANIFEST_NAME} is missing: re-run "
-                                   f"`python resnet.py make {self.uri} ...` with the original arguments") from None
+                raise DatasetError(f"object {self.uri}{name} listed in {MANIFEST_NAME} is missing: "
+                                   f"{remake_hint(self.uri)}") from None
             raise DatasetError(f"reading object {self.uri}{name} failed: {text}") from None
         if ref.length is not None and len(data) != ref.length:
             raise DatasetError(f"the tar index of shard {self.uri}{name} does not match the shard: sample "

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from mountctl.pytorch.errors import DatasetError
 
 __all__ = ["ShardSlice", "Assignment", "Span", "shard_order", "sample_order", "steps_per_epoch", "batch_sizes",
-           "plan_epoch", "remaining_spans", "loader_order", "consumed_after"]
+           "plan_epoch", "remaining_spans", "loader_order", "consumed_after", "rank_batches"]
 
 Span = tuple[int, int]  # global positions [start, stop) of an epoch's order
 
@@ -196,6 +196,19 @@ def _segment(total: int, consumed: Sequence[Span], world_size: int, rank: int, b
     steps = steps_per_epoch(left, world_size, batch_size)
     rank_start, rank_stop = _rank_range(left, world_size, rank)
     return remaining, steps, rank_start, batch_sizes(rank_stop - rank_start, steps, batch_size)
+
+
+def rank_batches(total: int, consumed: Sequence[Span], *, world_size: int, rank: int, batch_size: int
+                 ) -> list[list[Span]]:
+    """A rank's batches of the plan that skips ``consumed``, each as global spans, in step order.
+
+    The map-style batch sampler's side of the same plan: its batches come out in this order whatever the
+    number of workers (a DataLoader yields a batch sampler's batches in order), so ``consumed_after``
+    with ``num_workers=1`` is the position after any number of its steps.
+    """
+    remaining, _, rank_start, sizes = _segment(total, consumed, world_size, rank, batch_size)
+    offsets = [rank_start, *(rank_start + s for s in itertools.accumulate(sizes))]
+    return [_locate(remaining, offsets[b], offsets[b + 1]) for b in range(len(sizes))]
 
 
 def consumed_after(total: int, consumed: Sequence[Span], *, world_size: int, batch_size: int, num_workers: int,

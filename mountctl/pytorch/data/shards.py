@@ -18,7 +18,8 @@ from typing import Any, BinaryIO
 
 import torch
 
-from mountctl.pytorch.errors import DatasetError, TruncatedShard
+from mountctl.pytorch.data.jpeg import DECODE_ERRORS, decode_jpeg, jpeg_frame
+from mountctl.pytorch.errors import DatasetError, TruncatedShard, remake_hint
 
 __all__ = ["RawSample", "read_shard", "decode", "reordered", "batched", "IMAGE_EXTENSIONS"]
 
@@ -53,13 +54,19 @@ def _to_raw(name: str, sample: dict[str, Any], index: int) -> RawSample:
         parts = sorted(k for k in sample if not k.startswith("__"))
         raise TruncatedShard(f"shard {name} is truncated or malformed: sample {sample.get('__key__')!r} has "
                              f"only {parts}, not an image ({'/'.join(IMAGE_EXTENSIONS)}) and a .cls label; "
-                             "re-run `resnet.py make` with the original arguments to rewrite it", shard=name)
+                             f"{remake_hint()}", shard=name)
     try:
         label = int(sample["cls"])
     except ValueError:
         raise DatasetError(f"sample {sample['__key__']!r} in shard {name} has a .cls that is not an integer "
                            f"label: {bytes(sample['cls'][:20])!r}") from None
     return RawSample(str(sample["__key__"]), index, image, label, name)
+
+
+def _reason(exc: BaseException) -> str:
+    """A tar error's own words: webdataset appends the stream and URL to ``args`` (so ``str()`` is a tuple)."""
+    first = exc.args[0] if exc.args else exc
+    return str(first).split(" @ ")[0].strip("() ") or type(exc).__name__
 
 
 def read_shard(name: str, stream: BinaryIO, *, first_index: int, start: int, stop: int,
@@ -80,31 +87,34 @@ def read_shard(name: str, stream: BinaryIO, *, first_index: int, start: int, sto
             position += 1
     except (tarfile.TarError, EOFError) as exc:
         raise TruncatedShard(f"shard {name} is truncated or corrupt after {position} of {expected} samples "
-                             f"({str(exc).split(' @ ')[0]}); re-run `resnet.py make` with the original "
-                             "arguments to rewrite it", shard=name) from None
+                             f"({_reason(exc)}); {remake_hint()}", shard=name) from None
     if position < stop:
         raise TruncatedShard(f"shard {name} ended after {position} samples but the manifest says {expected}; "
-                             "it was truncated or overwritten: re-run `resnet.py make` with the original "
-                             "arguments to rewrite it", shard=name)
+                             f"it was truncated or overwritten: {remake_hint()}", shard=name)
 
 
 def decode(sample: RawSample, image_size: int) -> tuple[torch.Tensor, int, int]:
     """(uint8 CHW image, ``image_size`` square, label, index).
 
-    Pillow (libjpeg-turbo) decodes; ``draft`` lets a large JPEG decode straight
-    to a smaller scale.  Images of another size are resized (shorter side) and
-    centre-cropped.
+    A JPEG already ``image_size`` square (what ``resnet.py make`` writes) is
+    decoded by TorchCodec: the same libjpeg-turbo pixels as Pillow, 1.3-2x the
+    rate (BENCHMARKS.md, "JPEG decoding").  Anything else goes through Pillow,
+    whose ``draft`` lets a large JPEG decode straight to a smaller scale, then a
+    resize (shorter side) and a centre crop; Pillow also reads PNG and WebP.
+    The choice reads only the JPEG's frame header (``jpeg_frame``).
     """
     import numpy as np
     from PIL import Image
 
     try:
+        if jpeg_frame(sample.image) == (image_size, image_size, 3):
+            return decode_jpeg(sample.image), sample.label, sample.index
         opened = Image.open(io.BytesIO(sample.image))
         opened.draft("RGB", (image_size, image_size))
         image = opened.convert("RGB")
-    except (OSError, SyntaxError, ValueError) as exc:  # what Pillow raises for a damaged image
+    except (OSError, SyntaxError, ValueError, *DECODE_ERRORS) as exc:  # what Pillow and TorchCodec raise
         raise DatasetError(f"sample {sample.key!r} in shard {sample.shard} is not a decodable image "
-                           f"({exc}); re-run `resnet.py make` or fix the shard") from None
+                           f"({exc}); {remake_hint()}") from None
     if image.size != (image_size, image_size):
         scale = image_size / min(image.size)
         width, height = max(image_size, round(image.width * scale)), max(image_size, round(image.height * scale))

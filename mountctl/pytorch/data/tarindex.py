@@ -17,7 +17,7 @@ from typing import Any, BinaryIO
 
 from mountctl import S3Settings, parse_s3_uri, s3
 from mountctl.pytorch.data.manifest import MANIFEST_NAME, Member, load_manifest, save_manifest
-from mountctl.pytorch.errors import DatasetError, TruncatedShard
+from mountctl.pytorch.errors import DatasetError, TruncatedShard, remake_hint
 
 __all__ = ["index_tar", "index_dataset", "IndexResult"]
 
@@ -61,14 +61,15 @@ def index_tar(name: str, stream: BinaryIO, expected: int | None = None) -> list[
                     offset, size, crc = pending.pop(key)
                     members.append((offset, size, info.offset_data, info.size, crc))
     except (tarfile.TarError, EOFError) as exc:
-        raise TruncatedShard(f"shard {name} is truncated or corrupt after {len(members)} samples ({exc}); "
-                             "re-run `resnet.py make` with the original arguments to rewrite it", shard=name) from None
+        raise TruncatedShard(f"shard {name} is truncated or corrupt after {len(members)} samples "
+                             f"({exc.args[0] if exc.args else type(exc).__name__}); {remake_hint()}",
+                             shard=name) from None
     if pending:
         raise TruncatedShard(f"shard {name}: samples {sorted(pending)[:3]} have a .jpg but no .cls label",
                              shard=name)
     if expected is not None and len(members) != expected:
         raise TruncatedShard(f"shard {name} holds {len(members)} samples but the manifest says {expected}: it was "
-                             "truncated or overwritten; re-run `resnet.py make` with the original arguments",
+                             f"truncated or overwritten; {remake_hint()}",
                              shard=name)
     return members
 
@@ -93,8 +94,7 @@ def index_dataset(settings: S3Settings, uri: str) -> IndexResult:
         if hashing.size != shard.bytes or hashing.sha256.hexdigest() != shard.sha256:
             raise DatasetError(f"shard {shard.name} at {uri} is {hashing.size} bytes with SHA-256 "
                                f"{hashing.sha256.hexdigest()[:12]}..., but {MANIFEST_NAME} says {shard.bytes} bytes, "
-                               f"{shard.sha256[:12]}...: it was rewritten; re-run `resnet.py make {uri} ...` with "
-                               "the original arguments")
+                               f"{shard.sha256[:12]}...: it was rewritten; {remake_hint(uri)}")
         shards.append(replace(shard, members=tuple(members)))
     save_manifest(client, uri, replace(manifest, shards=tuple(shards)))
     return {"uri": uri, "shards": len(shards), "samples": manifest.num_images, "manifest": uri + MANIFEST_NAME}

@@ -15,7 +15,7 @@ from typing import Any
 
 from mountctl import S3Settings, parse_s3_uri
 from mountctl.pytorch.errors import CheckpointError
-from mountctl.pytorch.training.checkpoint_routes import Route, route_for, s3io_plugin
+from mountctl.pytorch.training.checkpoint_routes import PathCheckpointIO, Route, route_for, s3io_plugin
 from mountctl.s3 import ensure_bucket, object_size, short_client
 
 __all__ = ["CheckpointTarget", "RoutedTarget", "LAST"]
@@ -35,7 +35,9 @@ class CheckpointTarget:
         if route is not None:
             return RoutedTarget(route.location)
         if "://" in location:
-            raise CheckpointError(f"checkpoint location {location!r} is neither s3://bucket/prefix/ nor a path")
+            raise CheckpointError(f"checkpoint location {location!r} is not one --checkpoint-dir understands: write "
+                                  "s3://bucket/prefix/, fsspec+s3://bucket/prefix/, mount://bucket/prefix/ (or "
+                                  "mount+PROGRAM://bucket/prefix/) or a local path")
         return cls(os.path.abspath(os.path.expanduser(location)))
 
     @property
@@ -72,9 +74,9 @@ class CheckpointTarget:
                                   "--checkpoint-dir")
 
     def plugin(self, settings: S3Settings) -> Any:
-        """The Trainer's CheckpointIO plugin for S3, or None for a path (Lightning's default)."""
+        """The Trainer's CheckpointIO plugin: s3torchconnector's for S3, Lightning's own (loading safely) for a path."""
         if not self.is_s3:
-            return None
+            return PathCheckpointIO()
         return s3io_plugin(settings)
 
     def has_last(self, settings: S3Settings) -> bool:

@@ -9,9 +9,9 @@
 - ``mount://bucket/prefix/`` (or ``mount+rclone://``, ``mount+s3fs://``,
   ``mount+mount-s3://`` to pick the program): the prefix mounted read-write
   with mountctl for the run; a save is one sequential write of the final name,
-  the one write pattern every mount program supports.  No rename: mount-s3
-  cannot rename, and the mount programs upload a file when it is closed, so
-  S3 holds either the earlier object or the complete new one.
+  the one write pattern every mount program supports.  mount-s3 can neither
+  rename nor overwrite: there each save is a new version beside the last one,
+  and the older versions go only once it is whole (``versioned.py``).
 
 Each save serializes to memory first, so only the transfer can fail half-way;
 when it does, the partial file is removed and the error says so: a later
@@ -29,13 +29,15 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from lightning.fabric.plugins.io.checkpoint_io import CheckpointIO
+from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 
 from mountctl import BACKEND_NAMES, MountctlError, MountHandle, S3Settings, mount, parse_s3_uri
 from mountctl.pytorch.errors import CheckpointError
-from mountctl.s3 import ensure_bucket, object_size, short_client
+from mountctl.pytorch.training.versioned import newest_whole, save_versioned, whole_versions
+from mountctl.s3 import ensure_bucket, list_object_sizes, object_size, short_client
 
-__all__ = ["ROUTE_PREFIXES", "Route", "route_for", "s3io_plugin", "FsspecCheckpointIO", "MountCheckpointIO", "serialize",
-           "deserialize"]
+__all__ = ["ROUTE_PREFIXES", "Route", "route_for", "s3io_plugin", "FsspecCheckpointIO", "MountCheckpointIO", "PathCheckpointIO",
+           "serialize", "deserialize", "unreadable"]
 
 FSSPEC = "fsspec+s3://"
 MOUNT = "mount://"
@@ -52,11 +54,31 @@ def serialize(state: dict[str, Any]) -> bytes:
     return buffer.getvalue()
 
 
-def deserialize(data: bytes, map_location: Any = None, weights_only: bool | None = None) -> dict[str, Any]:
+def deserialize(data: bytes, map_location: Any = None, weights_only: bool | None = None, *, where: str = ""
+                ) -> dict[str, Any]:
+    """A checkpoint's bytes as its state, loaded with ``weights_only=True`` whatever the caller asked.
+
+    Loading with ``weights_only=False`` runs whatever code the file names, so it is never done (torch's own
+    error for a file it cannot load suggests it; ours says what to do instead).  Anything torch.load raises
+    on these bytes means the file is no whole checkpoint: one ``CheckpointError`` naming ``where``.
+    """
     import torch
 
-    loaded: dict[str, Any] = torch.load(io.BytesIO(data), map_location=map_location, weights_only=weights_only)
+    del weights_only  # always True: a checkpoint from `resnet.py train` holds only tensors and plain types
+    try:
+        loaded = torch.load(io.BytesIO(data), map_location=map_location, weights_only=True)
+    except Exception as exc:  # noqa: BLE001  # unpickling, zip and tensor errors all mean the same here
+        raise unreadable(where or "the checkpoint", f"{type(exc).__name__}, {len(data)} bytes") from None
+    if not isinstance(loaded, dict):
+        raise unreadable(where or "the checkpoint", f"holds a {type(loaded).__name__}, not a checkpoint dict")
     return loaded
+
+
+def unreadable(where: str, why: str) -> CheckpointError:
+    """The one message for a checkpoint that exists but cannot be loaded safely."""
+    return CheckpointError(f"checkpoint {where} is unreadable ({why}): it is not a whole checkpoint written by "
+                           "`resnet.py train`. Move it aside (rename or delete it) and run without --resume to "
+                           "start afresh, or resume from another --checkpoint-dir")
 
 
 @dataclass(frozen=True)
@@ -75,6 +97,9 @@ class Route:
 
     def has(self, settings: S3Settings, name: str) -> bool:
         location = parse_s3_uri(self.s3_uri)
+        if self.name == "mount":  # a mount-s3 route keeps versions of the name (versioned.py)
+            return bool(whole_versions(list_object_sizes(short_client(settings), location.bucket, location.prefix),
+                                       name))
         return object_size(short_client(settings), location.bucket, location.prefix + name) is not None
 
     def plugin(self, settings: S3Settings) -> CheckpointIO:
@@ -142,13 +167,28 @@ def s3io_plugin(settings: S3Settings, *, retry_for_s: float = 60.0) -> Checkpoin
 
         def load_checkpoint(self, path: Any, map_location: Any = None, weights_only: bool | None = None
                             ) -> dict[str, Any]:
-            loaded: dict[str, Any] = _retrying(
-                f"loading checkpoint {path} through s3torchconnector",
-                lambda: super(S3ioCheckpointIO, self).load_checkpoint(path, map_location, weights_only),
-                retry_for_s=retry_for_s, retry_on=failures)
-            return loaded
+            # Fetch (retried) and decode (once, safely) apart: a corrupt object is no connection failure.
+            bucket, _, key = str(path).removeprefix("s3://").partition("/")
+            data: bytes = _retrying(f"loading checkpoint {path} through s3torchconnector",
+                                    lambda: self._client.get_object(bucket, key).read(),
+                                    retry_for_s=retry_for_s, retry_on=failures)
+            return deserialize(data, map_location, weights_only, where=str(path))
 
     return S3ioCheckpointIO(**settings.s3torch_options())
+
+
+class PathCheckpointIO(TorchCheckpointIO):
+    """Lightning's own route for a path, with the load made safe and its failure named (``deserialize``)."""
+
+    def load_checkpoint(self, path: Any, map_location: Any = None, weights_only: bool | None = None
+                        ) -> dict[str, Any]:
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except OSError as exc:
+            raise CheckpointError(f"loading checkpoint {path} failed: {exc.strerror or exc}; check the "
+                                  "--checkpoint-dir") from None
+        return deserialize(data, map_location, weights_only, where=str(path))
 
 
 class FsspecCheckpointIO(CheckpointIO):
@@ -186,11 +226,18 @@ class FsspecCheckpointIO(CheckpointIO):
         key = self._key(path)
         data = _retrying(f"loading checkpoint s3://{key} through fsspec", lambda: self.fs.cat_file(key),
                          retry_for_s=self.retry_for_s)
-        return deserialize(data, map_location, weights_only)
+        return deserialize(data, map_location, weights_only, where=str(path))
 
     def remove_checkpoint(self, path: Any) -> None:
         with contextlib.suppress(FileNotFoundError):
             self.fs.rm_file(self._key(path))
+
+    def teardown(self) -> None:
+        from mountctl.pytorch.data.sources.fsspec_s3 import close_filesystem
+
+        if self._fs is not None:
+            close_filesystem(self._fs)
+        self._fs = None
 
 
 class MountCheckpointIO(CheckpointIO):
@@ -232,15 +279,17 @@ class MountCheckpointIO(CheckpointIO):
     def save_checkpoint(self, checkpoint: dict[str, Any], path: Any, storage_options: Any = None) -> None:
         data = memoryview(serialize(checkpoint))
         final = self.local_path(path)
-        if self.handle.backend == "mount-s3" and os.path.exists(final):
-            os.unlink(final)  # mount-s3 writes new objects only; it can neither overwrite nor rename
         try:
+            if self.handle.backend == "mount-s3":  # new files only: a new version, then the old ones go
+                save_versioned(os.path.dirname(final), os.path.basename(final), data)
+                return
             with open(final, "wb") as f:  # sequential writes; the program uploads on close
                 for start in range(0, len(data), _CHUNK):
                     f.write(data[start:start + _CHUNK])
         except OSError as exc:
             with contextlib.suppress(OSError):
-                os.unlink(final)
+                if self.handle.backend != "mount-s3":  # save_versioned removed its own partial file
+                    os.unlink(final)
             raise CheckpointError(f"saving checkpoint {path} through the {self.handle.backend} mount failed: "
                                   f"{exc.strerror or exc}; the partial file was removed, so --resume will not "
                                   "pick it up. Check the mount (`mountctl status`) and the bucket, then run again"
@@ -250,12 +299,13 @@ class MountCheckpointIO(CheckpointIO):
                         ) -> dict[str, Any]:
         local = self.local_path(path)
         try:
+            local = newest_whole(os.path.dirname(local), os.path.basename(local)) or local  # mount-s3's versions
             with open(local, "rb") as f:  # one sequential read: random reads are slow on some programs
                 data = f.read()
         except OSError as exc:
             raise CheckpointError(f"loading checkpoint {path} through the {self.handle.backend} mount failed: "
                                   f"{exc.strerror or exc}") from None
-        return deserialize(data, map_location, weights_only)
+        return deserialize(data, map_location, weights_only, where=str(path))
 
     def remove_checkpoint(self, path: Any) -> None:
         with contextlib.suppress(FileNotFoundError):

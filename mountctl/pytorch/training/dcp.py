@@ -30,13 +30,35 @@ def _is_s3(where: str) -> bool:
     return where.startswith("s3://")
 
 
+def _s3_fs(settings: S3Settings, reader_constructor: Any = None) -> Any:
+    """The connector's DCP file system on a client that has the settings' endpoint.
+
+    ``S3StorageWriter``/``S3StorageReader`` take no endpoint (their client would go to AWS, or wherever
+    the environment points), so the file system they made is replaced by one on our own client.
+    """
+    from s3torchconnector._s3client import S3Client
+    from s3torchconnector.dcp.s3_file_system import S3FileSystem
+
+    options = settings.s3torch_options()
+    client = S3Client(options["region"], endpoint=options["endpoint"], s3client_config=options["s3client_config"])
+    return S3FileSystem(options["region"], s3_client=client, reader_constructor=reader_constructor)
+
+
+def _on_settings_endpoint(storage: Any, path: str, settings: S3Settings) -> Any:
+    storage.fs = _s3_fs(settings, getattr(storage, "_reader_constructor", None))  # the reader's, kept
+    storage.path = storage.fs.init_path(path)
+    return storage
+
+
 def _writer(where: str, settings: S3Settings) -> Any:
     if _is_s3(where):
         from s3torchconnector.dcp import S3StorageWriter
 
+        path = str(parse_s3_uri(where))
         options = settings.s3torch_options()
-        return S3StorageWriter(region=options["region"], path=str(parse_s3_uri(where)),
-                               s3client_config=options["s3client_config"], overwrite=True)
+        return _on_settings_endpoint(S3StorageWriter(region=options["region"], path=path,
+                                                     s3client_config=options["s3client_config"], overwrite=True),
+                                     path, settings)
     from torch.distributed.checkpoint import FileSystemWriter
 
     return FileSystemWriter(where, sync_files=False, overwrite=True)
@@ -46,9 +68,10 @@ def _reader(where: str, settings: S3Settings) -> Any:
     if _is_s3(where):
         from s3torchconnector.dcp import S3StorageReader
 
+        path = str(parse_s3_uri(where))
         options = settings.s3torch_options()
-        return S3StorageReader(region=options["region"], path=str(parse_s3_uri(where)),
-                               s3client_config=options["s3client_config"])
+        return _on_settings_endpoint(S3StorageReader(region=options["region"], path=path,
+                                                     s3client_config=options["s3client_config"]), path, settings)
     from torch.distributed.checkpoint import FileSystemReader
 
     return FileSystemReader(where)

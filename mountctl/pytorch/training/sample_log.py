@@ -24,8 +24,8 @@ class SampleLog(lightning.Callback):
 
     def setup(self, trainer: lightning.Trainer, pl_module: lightning.LightningModule, stage: str) -> None:
         # One file per rank: FILE, or FILE.rank<N> when there is more than one rank.
+        # Its directory was checked before training (trainer.check_writable_file); nothing is created here but the file.
         path = self.path if trainer.world_size == 1 else f"{self.path}.rank{trainer.global_rank}"
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
         self._file = open(path, "a", encoding="utf-8")  # noqa: SIM115  # closed in teardown
 
     def on_train_batch_end(self, trainer: lightning.Trainer, pl_module: lightning.LightningModule, outputs: Any,

@@ -19,8 +19,10 @@ from mountctl.pytorch.data.device_decode import resolve_decode
 from mountctl.pytorch.data.manifest import check_shards_present, load_manifest
 from mountctl.pytorch.data.sources import check_source_choice, open_source
 from mountctl.pytorch.notices import quiet_known_notices
+from mountctl.pytorch.worker_tmp import worker_tempdir
 
-__all__ = ["TrainConfig", "train", "default_precision", "precision_rule", "cpu_flags", "default_num_workers", "ARCHITECTURES"]
+__all__ = ["TrainConfig", "train", "default_precision", "precision_rule", "cpu_flags", "default_num_workers", "ARCHITECTURES",
+           "check_writable_file"]
 
 # With --log-dir, a metrics.csv row every this many steps (Lightning's default of 50 leaves short runs empty).
 _LOG_EVERY_N_STEPS = 10
@@ -72,6 +74,43 @@ def default_precision(accelerator: str = "auto") -> str:
     return precision_rule(cuda=cuda, flags=flags, cuda_bf16=cuda and torch.cuda.is_bf16_supported())
 
 
+def check_writable_file(path: str, flag: str) -> None:
+    """Fail before training when ``path`` cannot be appended to; create nothing and leave nothing.
+
+    ``os.access`` says yes to root on a read-only directory, so the file is really opened: an existing
+    one for appending (unchanged), a new one exclusively and removed again.
+    """
+    where = os.path.abspath(path)
+    parent = os.path.dirname(where)
+    if not os.path.isdir(parent):
+        what = "is not a directory" if os.path.exists(parent) else "does not exist"
+        raise InvalidSpec(f"{flag} {path}: its directory {parent} {what}; create it or choose another path")
+    if os.path.isdir(where):
+        raise InvalidSpec(f"{flag} {path} is a directory; give a file name in it, e.g. {os.path.join(path, 'x.log')}")
+    created = False
+    try:
+        try:
+            with open(where, "x", encoding="utf-8"):
+                created = True
+        except FileExistsError:  # there already (or another rank's check made it a moment ago): left as it is
+            with open(where, "a", encoding="utf-8"):
+                pass
+    except OSError as exc:
+        raise InvalidSpec(f"{flag} {path} cannot be written ({exc.strerror}); choose a writable path") from None
+    if created:
+        os.unlink(where)
+
+
+def _check_accelerator(accelerator: str) -> None:
+    """``--accelerator gpu`` on a machine without one: our one line, not Lightning's traceback."""
+    if accelerator in ("gpu", "cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise InvalidSpec(f"--accelerator {accelerator}: no CUDA GPU is visible to this process; use "
+                              "--accelerator cpu (or auto), or check CUDA_VISIBLE_DEVICES and the driver")
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     uri: str
@@ -95,7 +134,7 @@ class TrainConfig:
     warmup_batches: int = 5
     progress: bool = True
     arch: str = "resnet50"  # --arch: the published example trains ResNet-50; smaller ones make quick tests
-    log_dir: str | None = None  # Lightning's CSVLogger: DIR/version_N/metrics.csv (loss, img/s); None: no logger
+    log_dir: str | None = None  # DIR/version_N/: metrics.csv and TensorBoard events (loss, img/s); None: no logger
     decode: str = "auto"  # where JPEGs are decoded: cpu (workers), gpu (the training device), auto
     checkpoint_every_n_steps: int = 0  # 0: last.ckpt only at epoch ends and when training stops
     sample_log: str | None = None  # FILE (FILE.rank<N> per rank when several): "key epoch global_step rank" lines
@@ -129,11 +168,19 @@ class TrainConfig:
             raise InvalidSpec(f"--lr must be positive, not {self.lr}")
         if self.arch not in ARCHITECTURES:
             raise InvalidSpec(f"unknown architecture {self.arch!r}: choose one of {', '.join(ARCHITECTURES)}")
+        _check_accelerator(self.accelerator)
         resolve_decode(self.decode, self.accelerator)  # --decode gpu without CUDA fails here
         if self.shuffle_buffer < 0 or self.warmup_batches < 0:
             raise InvalidSpec("--shuffle-buffer and --warmup-batches cannot be negative")
         if self.cache_size_mb is not None and self.cache_size_mb < 1:
             raise InvalidSpec(f"--cache-size-mb must be positive, not {self.cache_size_mb}")
+        # Both fail here, before S3 is asked anything: a wrong spelling, a log file that cannot be written.
+        if self.checkpoint_dir:
+            from mountctl.pytorch.training.checkpoint import CheckpointTarget
+
+            CheckpointTarget.parse(self.checkpoint_dir)
+        if self.sample_log:
+            check_writable_file(self.sample_log, "--sample-log")
 
     @property
     def learning_rate(self) -> float:
@@ -198,6 +245,20 @@ def _datamodule(config: TrainConfig, manifest: Any, source: Any, num_workers: in
                            decode=decode)
 
 
+def _loggers(log_dir: str | None) -> list[Any]:
+    """``--log-dir``: Lightning's CSVLogger and a TensorBoardLogger, both in ``DIR/version_N``.
+
+    Every metric logged with ``self.log`` (loss, img/s, and any callback's, such as a
+    data-wait fraction) reaches both: nothing here names the metrics.
+    """
+    if not log_dir:
+        return []
+    from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
+
+    csv_logger = CSVLogger(log_dir, name="")
+    return [csv_logger, TensorBoardLogger(log_dir, name="", version=csv_logger.version, default_hp_metric=False)]
+
+
 def train(config: TrainConfig, *, settings: S3Settings | None = None, out: TextIO | None = None) -> dict[str, Any]:
     """Train as configured; return the summary (and print it as one JSON line on rank 0)."""
     from mountctl.pytorch.training.checkpoint import CheckpointTarget
@@ -215,7 +276,6 @@ def train(config: TrainConfig, *, settings: S3Settings | None = None, out: TextI
     # Lightning and torchvision load only now: a bad endpoint or dataset fails in a second.
     import lightning
     import torch
-    from lightning.pytorch.loggers import CSVLogger
 
     from mountctl.pytorch.training.model import ResNetClassifier
     from mountctl.pytorch.training.sample_log import SampleLog
@@ -225,9 +285,10 @@ def train(config: TrainConfig, *, settings: S3Settings | None = None, out: TextI
     quiet_known_notices()
     lightning.seed_everything(config.seed, verbose=False)
 
-    with open_source(config.source_kind, config.uri, settings, backend=config.backend, mount_dir=config.mount_dir,
+    # worker_tempdir: the DataLoader workers' pymp-* directories are one, and removed even when a run is cut short.
+    with worker_tempdir(), open_source(config.source_kind, config.uri, settings, backend=config.backend, mount_dir=config.mount_dir,
                      cache=config.cache, cache_dir=config.cache_dir, cache_size_mb=config.cache_size_mb,
-                     read_ahead=config.read_ahead) as source:
+                     read_ahead=config.read_ahead, dataset_bytes=manifest.total_bytes) as source:
         monitor = ThroughputMonitor(manifest.num_images, warmup_batches=config.warmup_batches)
         callbacks: list[Any] = [monitor]
         sample_log = SampleLog(config.sample_log) if config.sample_log else None
@@ -238,13 +299,13 @@ def train(config: TrainConfig, *, settings: S3Settings | None = None, out: TextI
         if saver is not None:
             callbacks.append(saver)
         plugin = target.plugin(settings) if target is not None else None
-        logger: CSVLogger | None = CSVLogger(config.log_dir, name="") if config.log_dir else None
+        loggers = _loggers(config.log_dir)
         trainer = lightning.Trainer(
             accelerator=config.accelerator, devices=config.devices, num_nodes=config.num_nodes,
             strategy=config.strategy,
             precision=precision,  # type: ignore[arg-type]  # one of PRECISIONS, checked by the CLI
             max_epochs=config.epochs_limit, max_steps=config.max_steps, callbacks=callbacks,
-            plugins=[plugin] if plugin is not None else None, logger=logger or False, enable_checkpointing=False,
+            plugins=[plugin] if plugin is not None else None, logger=loggers or False, enable_checkpointing=False,
             use_distributed_sampler=False, enable_progress_bar=config.progress, enable_model_summary=False,
             num_sanity_val_steps=0, log_every_n_steps=_LOG_EVERY_N_STEPS,
             reload_dataloaders_every_n_epochs=1)  # an epoch resumed mid-way has its own length
@@ -258,7 +319,7 @@ def train(config: TrainConfig, *, settings: S3Settings | None = None, out: TextI
                            precision=precision, decode=decode, resumed_from=resume_from,
                            resumed_from_step=saver.started_at_step if resume_from and saver is not None else None,
                            checkpoint=target.last if target is not None and saver is not None and saver.saves else None,
-                           metrics_csv=os.path.join(logger.log_dir, "metrics.csv") if logger is not None else None)
+                           metrics_csv=os.path.join(loggers[0].log_dir, "metrics.csv") if loggers else None)
     if trainer.is_global_zero:
         print(json.dumps(summary), file=out or sys.stdout, flush=True)
     return summary

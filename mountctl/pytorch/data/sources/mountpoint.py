@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, BinaryIO
@@ -19,7 +20,10 @@ __all__ = ["MountpointSource", "mountpoint_source", "FileReader", "add_mountpoin
 class FileReader(PerProcessState):
     """Map-style reads of files under ``root`` (a mount or a local directory): whole, or ``pread`` of a range.
 
-    Range reads keep one descriptor per file per process; threads share it (``pread`` has no file position).
+    Range reads keep one descriptor per file per process; threads share it (``pread`` has no file position),
+    and a lock makes sure two threads never both open one.  ``close`` gives them back: the map-style
+    datamodule calls it when an epoch's dataset is replaced and when training ends, so a process reading
+    without workers neither gathers a descriptor per shard per epoch nor holds the mount busy at unmount.
     """
 
     root: str
@@ -28,23 +32,29 @@ class FileReader(PerProcessState):
     def __post_init__(self) -> None:
         self._fds: dict[int, int] = {}
         self._pid = os.getpid()
+        self._lock = threading.Lock()
 
     def read(self, j: int, offset: int | None = None, length: int | None = None) -> bytes:
         path = os.path.join(self.root, self.names[j])
         if offset is None or length is None:
             with open(path, "rb") as f:
                 return f.read()
-        if self._pid != os.getpid():  # descriptors of the parent are not ours to share after fork
-            self._fds, self._pid = {}, os.getpid()
-        fd = self._fds.get(j)
-        if fd is None:
-            fd = self._fds.setdefault(j, os.open(path, os.O_RDONLY | os.O_CLOEXEC))
+        with self._lock:
+            if self._pid != os.getpid():  # descriptors of the parent are not ours to share after fork
+                self._fds, self._pid = {}, os.getpid()
+            fd = self._fds.get(j)
+            if fd is None:
+                fd = self._fds[j] = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         return os.pread(fd, length, offset)
 
     def close(self) -> None:
-        for fd in self._fds.values():
-            os.close(fd)
-        self._fds = {}
+        with self._lock:
+            fds, self._fds = self._fds, {}
+            if self._pid != os.getpid():
+                return  # the parent's descriptors, copied by fork: closing them here would not free the parent's
+        for fd in fds.values():
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
 
 @dataclass(frozen=True)
@@ -96,23 +106,27 @@ class MountpointSource:
 @contextlib.contextmanager
 def mountpoint_source(uri: str, settings: S3Settings, *, backend: str = "auto", mount_dir: str | None = None,
                       cache: bool = True, cache_dir: str | None = None, cache_size_mb: int | None = None,
-                      read_ahead: bool = False, shards_ahead: int = 2, **_: Any) -> Iterator[MountpointSource]:
+                      read_ahead: bool = False, shards_ahead: int = 2, dataset_bytes: int | None = None, **_: Any
+                      ) -> Iterator[MountpointSource]:
     """Mount ``uri`` read-only for the run; ranks on one node share the one mount.
 
     The mount program gets exactly ``settings`` (endpoint, region, credentials), so this
     route reads what the other kinds read; ranks making the same request share one mount.
     With ``cache`` (the default) the program keeps what it read on the node's disk
-    (``$MOUNTCTL_HOME/cache`` or ``cache_dir``; size: the prefix's bytes, at most half the
+    (``$MOUNTCTL_HOME/cache`` or ``cache_dir``; size: ``dataset_bytes``, at most half the
     free disk, or ``cache_size_mb``) for the mount's lifetime, and with ``read_ahead`` (off by
-    default) each reader warms its next ``shards_ahead`` shards into it.
+    default) each reader warms its next ``shards_ahead`` shards into it.  Pass ``dataset_bytes``
+    from the manifest: without it the size is one LIST of the objects directly under the prefix,
+    which misses the files layout's ``train/<class>/`` objects.
     """
     import mountctl
 
     location = parse_s3_uri(uri)
     options: dict[str, Any] = {}
     if cache:
-        dataset_bytes = sum(s3.list_object_sizes(s3.short_client(settings), location.bucket,
-                                                 location.prefix).values())
+        if dataset_bytes is None:
+            dataset_bytes = sum(s3.list_object_sizes(s3.short_client(settings), location.bucket,
+                                                     location.prefix).values())
         options = mountctl.cache_options(dataset_bytes, cache_dir, cache_size_mb)
     with mountctl.mount(uri, mount_dir, backend=backend, settings=settings, **options) as mounted:
         record = None

@@ -1,0 +1,40 @@
+"""A URI given on the command line, or a small example dataset on the embedded local S3 when none is.
+
+``resnet.py bench`` and ``demo`` run without a URI on the embedded local S3
+(``mountctl.uri_or_embedded``); the examples do the same through ``example_uri``,
+which also writes the few images or shards an example reads there (once: a
+re-run finds them), so ``python examples/NAME.py`` works with nothing set up.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+from mountctl import uri_or_embedded
+
+__all__ = ["example_uri", "EXAMPLE_BUCKET"]
+
+EXAMPLE_BUCKET = "mountctl"
+_DATA = {  # what each kind of example reads: where it lives under the example bucket, how it is made
+    "files": ("examples/files/", "files"),  # ImageFolder classes under train/
+    "shards": ("examples/shards/", "shards"),
+    "none": ("examples/checkpoints/", None),  # examples that write (checkpoints)
+}
+
+
+@contextlib.contextmanager
+def example_uri(uri: str | None, data: str = "none") -> Iterator[str]:
+    """Yield ``uri``; without one, the example's place on the embedded local S3 (started if need be).
+
+    ``data``: ``files`` (yields the ImageFolder root, ``.../train/``), ``shards`` or ``none``.
+    """
+    where, layout = _DATA[data]
+    with uri_or_embedded(uri, f"s3://{EXAMPLE_BUCKET}/{where}") as chosen:
+        if uri is None and layout is not None:
+            from mountctl.pytorch.data.synthetic import MakeConfig, make_dataset
+
+            make_dataset(MakeConfig(uri=chosen, num_images=64, image_size=32, num_classes=4, shard_size=16_000,
+                                    jobs=1, layout=layout), progress=False)
+            chosen += "train/" if layout == "files" else ""
+        yield chosen

@@ -57,6 +57,9 @@ def add_bench_arguments(bench: argparse.ArgumentParser) -> None:
                        help="only the limits, bytes-path and random-read cells (no loader or training cells)")
     bench.add_argument("--bytes-readers", type=_counts, default=None,
                        help="parallel readers of the bytes-path cells (default 1,4)")
+    bench.add_argument("--peers", type=_words, default=None,
+                       help="peer libraries read the same samples in their own formats (default litdata,streaming; "
+                       "'' for none)")
     bench.add_argument("--suite", choices=SUITES, default="all",
                        help="all (default): every cell; checkpoint: only checkpoint save/load on every route")
     bench.add_argument("--store", choices=STORE_CHOICES, default="both",
@@ -111,7 +114,7 @@ def run_bench(args: argparse.Namespace) -> int:
         "bytes_cells": False if args.no_bytes else None, "loader_cells": False if args.bytes_only else None,
         "train": False if (args.no_train or args.bytes_only) else None, "out": args.out,
         "progress": not args.no_progress, "seed": args.seed, "suite": args.suite, "store": args.store,
-        "far_latency_ms": args.far_latency_ms, "far_rate_mb_s": args.far_rate_mb_s}
+        "far_latency_ms": args.far_latency_ms, "far_rate_mb_s": args.far_rate_mb_s, "peers": args.peers}
     config = preset(args.preset or ("quick" if args.quick else "full"), **overrides)  # bad input fails here
     with uri_or_embedded(args.uri, DEFAULT_URI):
         result = run_sweep(config)

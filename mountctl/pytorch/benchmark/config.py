@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from mountctl import InvalidSpec, parse_s3_uri
+from mountctl.pytorch.benchmark.peer_data import PEERS
 from mountctl.pytorch.benchmark.stores import STORE_CHOICES, far_profile
 from mountctl.pytorch.data.sources import SOURCE_KINDS
 from mountctl.pytorch.data.synthetic import parse_size
@@ -73,6 +74,8 @@ class SweepConfig:
     # and a synthetic state of this many MiB.
     checkpoint_model: str = "resnet50"
     checkpoint_mb: int = 1024
+    # Peer libraries read the same samples in their own formats (peers.py): loader and bytes cells per dataset.
+    peers: tuple[str, ...] = PEERS
     # Which stores every cell reads through (stores.py): the endpoint itself, a far-store proxy before it,
     # or both; the far profile's latency and rate (None: the proxy's defaults).
     store: str = "both"
@@ -106,6 +109,8 @@ class SweepConfig:
         parse_size(self.get_part_size)
         if not self.bytes_readers or min(self.bytes_readers) < 1 or self.random_reads < 1:
             raise InvalidSpec("the bytes cells need reader counts >= 1 and at least one random read")
+        if not set(self.peers) <= set(PEERS):
+            raise InvalidSpec(f"--peers takes {', '.join(PEERS)} (comma-separated, or '' for none), not {self.peers}")
         if self.decode not in ("auto", "cpu", "gpu"):
             raise InvalidSpec(f"--decode must be auto, cpu or gpu, not {self.decode!r}")
 
@@ -137,7 +142,8 @@ PRESETS: dict[str, dict[str, object]] = {
     "tiny": {"num_workers": (1,), "shard_sizes": ("64KB",), "dataset_sizes": (96,), "image_size": 32,
              "batch_size": 16, "warmup_batches": 1, "shuffle_buffer": 16, "train_image_size": 32, "train_batch_size": 8,
              "train_steps": 2, "train_warmup_steps": 1, "train_workers": 1, "bytes_readers": (1, 2), "random_reads": 8,
-             "checkpoint_model": "", "checkpoint_mb": 4, "quick": True},
+             "checkpoint_model": "", "checkpoint_mb": 4, "quick": True,
+             "peers": ()},  # the peer cells have their own test (tests/test_peers.py)
 }
 
 

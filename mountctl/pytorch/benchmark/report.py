@@ -125,8 +125,9 @@ def markdown(result: dict[str, Any]) -> str:
          else [c.get("store"), c["dataset"], c["source"], c.get("variant"), c["status"], "", "", "", "", "", ""]
          for c in _ok(cells, "random")]))
     from mountctl.pytorch.benchmark.map_cells import map_markdown
+    from mountctl.pytorch.benchmark.peers import peer_markdown
 
-    parts += [section for section in [map_markdown(cells, _table)] if section]
+    parts += [section for section in [map_markdown(cells, _table), peer_markdown(cells, _table)] if section]
     if any(c["cell"] == "checkpoint" for c in cells):
         parts.append("## Checkpoints: save and load per route\n\n" + _table(*checkpoint_rows(cells)))
     notes = [c["status"] for c in cells if c["cell"] == "gpu"]

@@ -35,6 +35,8 @@ from mountctl.pytorch.benchmark.facts import machine_facts, versions
 from mountctl.pytorch.benchmark.limits import LocalDiskSource, copy_shards, raw_get
 from mountctl.pytorch.benchmark.map_cells import add_map_ratios, map_cell_count, map_cells
 from mountctl.pytorch.benchmark.monitor import ResourceMonitor
+from mountctl.pytorch.benchmark.peer_data import check_peers_installed
+from mountctl.pytorch.benchmark.peers import peer_cell_count, peer_cells, peer_train_cells, prepare_peer_data
 from mountctl.pytorch.benchmark.stores import plan_stores
 from mountctl.pytorch.data.manifest import Manifest, load_manifest
 from mountctl.pytorch.data.sources import open_source
@@ -88,6 +90,9 @@ class _Run:
         self.store = "local"
         self.bar = bar
         self.cells: list[dict[str, Any]] = []
+        # peers.py: each dataset's peer.json per peer (by dataset label), and the training dataset's.
+        self.peer_markers: dict[str, dict[str, dict[str, Any]]] = {}
+        self.peer_train: dict[str, dict[str, Any]] = {}
 
     def cell(self, base: dict[str, Any], measure: Callable[[], dict[str, Any]]) -> dict[str, Any]:
         self.bar.set_postfix_str(f"{base['cell']} {base.get('source', '')} {base.get('dataset', '')} "
@@ -161,6 +166,7 @@ def _dataset_cells(run: _Run, spec: DatasetSpec, manifest: Manifest, scratch: st
                                                seed=config.seed, epoch=epoch - 1))
     if config.bytes_cells:
         _bytes_cells(run, manifest, uri, base, local)
+    peer_cells(run, manifest, uri, base, run.peer_markers.get(spec.label, {}))
 
 
 def _bytes_cells(run: _Run, manifest: Manifest, uri: str, base: dict[str, Any], local: LocalDiskSource) -> None:
@@ -250,9 +256,10 @@ def _store_cells(run: _Run, manifests: list[tuple[DatasetSpec, Manifest]], train
     if train_manifest is not None and gpu_missing:
         for cell in ("ceiling", "train"):
             run.cells.append({"cell": cell, "status": "not run: --accelerator gpu but no CUDA device"})
-        run.bar.update(1 + len(source_plan(config)) * len(EPOCHS))
+        run.bar.update((1 + len(source_plan(config)) * len(EPOCHS)) + len(run.peer_train) * len(EPOCHS))
     elif train_manifest is not None:
         _train_cells(run, train_manifest, config.train_dataset.uri(config.uri))
+        peer_train_cells(run, train_manifest, config.train_dataset.uri(config.uri), run.peer_train)
     run_checkpoint_cells(run, config.uri, f"{scratch}/checkpoints", CELL_ERRORS)
 
 
@@ -269,9 +276,17 @@ def run_sweep(config: SweepConfig, *, settings: S3Settings | None = None) -> dic
                               "versions": versions(), "endpoint": settings.endpoint_url or "AWS S3",
                               "stores": {store: {} for store in stores}}
     loaders = config.suite != "checkpoint"  # --suite checkpoint: the checkpoint cells alone
+    if loaders and config.peers:
+        check_peers_installed(config.peers)  # before anything is measured: a missing peer is a setup error
     # Made once, through the endpoint itself; every store reads the same bytes.
     manifests = [(spec, _ensure_dataset(config, settings, spec)) for spec in config.datasets] if loaders else []
     train_manifest = _ensure_dataset(config, settings, config.train_dataset) if config.train and loaders else None
+    # Part of the dataset step (also through the endpoint itself): each peer's copy of the same samples,
+    # converted and checked where missing; one training cell per peer in a full run (--quick leaves them out).
+    peer_markers = {spec.label: prepare_peer_data(config, settings, spec.uri(config.uri), manifest)
+                    for spec, manifest in manifests}
+    peer_train = {} if train_manifest is None or config.quick else prepare_peer_data(
+        config, settings, config.train_dataset.uri(config.uri), train_manifest)
     sources = len(source_plan(config))
     routes = len(bytes_routes(config.loader_kinds, config.backends or installed_backends()))
     per_dataset = 1 + ((sources + 1) * (1 + len(config.num_workers) * len(EPOCHS)) if config.loader_cells else 0)
@@ -279,9 +294,11 @@ def run_sweep(config: SweepConfig, *, settings: S3Settings | None = None) -> dic
     total = len(manifests) * per_dataset + ((1 + sources * len(EPOCHS)) if train_manifest is not None else 0)
     total += map_cell_count(config, sources) if manifests else 0
     total += checkpoint_cell_count(config)
+    total += peer_cell_count(config, len(manifests), bool(peer_train))
     scratch = tempfile.mkdtemp(prefix="mountctl-bench-")
     with tqdm(total=total * len(stores), unit="cell", desc="bench", disable=not config.progress) as bar:
         run = _Run(config, settings, bar)
+        run.peer_markers, run.peer_train = peer_markers, peer_train
         try:
             for store in stores:
                 first, began = len(run.cells), time.perf_counter()

@@ -45,6 +45,8 @@ log = logging.getLogger("mountctl")
 RETRYABLE_ERRNOS = frozenset({errno.ENOTCONN, errno.ECONNABORTED, errno.EIO, errno.ESTALE})
 
 T = TypeVar("T")
+# How long a reader waits for a mount that ended a file early to be replaced before reading through it again.
+_DISTRUST_S = 10.0
 
 OUTAGE_BOUND_ENV = "MOUNTCTL_OUTAGE_BOUND_S"
 DEFAULT_OUTAGE_BOUND_S = 120.0
@@ -159,6 +161,7 @@ class ResilientReader(io.RawIOBase):
         # Set when the mount answered a read with a false end of file: reopening through that same mount
         # could be served what its program cached of the failed read (s3fs: zeros), so wait for a new one.
         self._distrusted_mount: int | None = None
+        self._distrusted_since = 0.0
         self._file: io.FileIO | None = None
         self.reopens = 0
         try:
@@ -196,6 +199,8 @@ class ResilientReader(io.RawIOBase):
             f.seek(self._offset)
             count = f.readinto(buffer) or 0
             if count == 0 and len(memoryview(buffer)) > 0 and self._ended_early(f):
+                if self._distrusted_mount is None:
+                    self._distrusted_since = time.monotonic()
                 self._distrusted_mount = self._mount_id
                 raise OSError(errno.EIO, f"the mount ended the file at byte {self._offset} of "
                                          f"{self._expected_size or 'more'} (its program may have lost access to "
@@ -288,9 +293,14 @@ class ResilientReader(io.RawIOBase):
         if self._distrusted_mount is None or self._fuse_root is None:
             return
         entry = find_mount(self._fuse_root)
-        if entry is None or entry.mount_id == self._distrusted_mount:
+        # Bounded: a mount that is not replaced within _DISTRUST_S is read through again (its early end may
+        # have been a passing one; the retry bound still ends a read that keeps failing).
+        if (entry is None or entry.mount_id == self._distrusted_mount) \
+                and time.monotonic() - self._distrusted_since < _DISTRUST_S:
             raise OSError(errno.EIO, "waiting for the mount to be replaced after it ended a file early", self.name)
-        self._distrusted_mount, self._mount_id = None, entry.mount_id
+        self._distrusted_mount = None
+        if entry is not None:
+            self._mount_id = entry.mount_id
 
     def _drop(self) -> None:
         if self._file is not None:

@@ -295,7 +295,8 @@ def train(config: TrainConfig, *, settings: S3Settings | None = None, out: TextI
     # worker_tempdir: the DataLoader workers' pymp-* directories are one, and removed even when a run is cut short.
     with worker_tempdir(), open_source(config.source_kind, config.uri, settings, backend=config.backend, mount_dir=config.mount_dir,
                      cache=config.cache, cache_dir=config.cache_dir, cache_size_mb=config.cache_size_mb,
-                     read_ahead=config.read_ahead, dataset_bytes=manifest.total_bytes) as source:
+                     read_ahead=config.read_ahead, dataset_bytes=manifest.total_bytes,
+                     readers=max(1, num_workers)) as source:
         monitor = ThroughputMonitor(manifest.num_images, warmup_batches=config.warmup_batches)
         data_wait = DataWaitMonitor(config.source_kind, threshold=config.data_wait_threshold,
                                     warmup_batches=config.warmup_batches, metrics_port=config.metrics_port)

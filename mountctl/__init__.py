@@ -7,6 +7,7 @@ may change.  This package never imports torch; the training side lives in
 """
 
 from . import s3
+from .argparsing import ArgumentParser
 from .backends import backend_versions, installed_backends
 from .cache import cache_options, mount_cache_dir
 from .errors import (
@@ -26,6 +27,7 @@ from .errors import (
     S3Error,
     StaleMount,
 )
+from .far_proxy import FarProfile, FarProxy
 from .handle import MountHandle
 from .health import Health, HealthState
 from .local_s3 import LocalS3, uri_or_embedded
@@ -52,6 +54,8 @@ __all__ = [
     "Health",
     "HealthState",
     "LocalS3",
+    "FarProxy",
+    "FarProfile",
     "uri_or_embedded",
     "S3Settings",
     "S3Uri",
@@ -74,5 +78,6 @@ __all__ = [
     "BucketNotFound",
     "EndpointUnreachable",
     "LocalS3Error",
+    "ArgumentParser",
 ]
 __version__ = "0.2.0"

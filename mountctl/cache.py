@@ -6,19 +6,28 @@ program's cache.  The cache lives exactly as long as the mount: it is made
 empty at start and removed at stop (and by the sweep after a SIGKILL), so it
 can never serve bytes of an object that changed in S3 between two mounts.
 Within one mount the program's own metadata TTL governs, as without a cache.
+
+Every program's cache is capped by one rule, ``plan_cache``: at most half of what
+the cache disk has free when the mount starts, and none at all below
+``MIN_CACHE_MB``; a request that cannot be honoured is said in one warning line,
+and what the program really runs with is what status reports.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import shutil
+from dataclasses import dataclass
 from typing import Any
 
 from . import paths
 
 __all__ = ["cache_bound_mb", "cache_options", "mount_cache_dir", "prepare_mount_cache", "remove_mount_cache",
-           "free_mb", "MIN_CACHE_MB"]
+           "free_mb", "MIN_CACHE_MB", "half_free_mb", "CachePlan", "plan_cache"]
+
+log = logging.getLogger("mountctl")
 
 MIB = 1 << 20
 # Below this a cache is not worth its bookkeeping: the mount runs without one.
@@ -35,7 +44,7 @@ def cache_bound_mb(dataset_bytes: int, free_bytes: int) -> int | None:
     so that ranks computing it moments apart agree (it is part of the shared mount's request).
     """
     want = -(-max(0, dataset_bytes) * 11 // 10 // MIB) + _SLACK_MB
-    half_free = max(0, free_bytes) // 2 // MIB
+    half_free = half_free_mb(max(0, free_bytes) // MIB)
     limit = 1 << (half_free.bit_length() - 1) if half_free > 0 else 0
     size = min(want, limit)
     return size if size >= MIN_CACHE_MB else None
@@ -49,8 +58,48 @@ def cache_options(dataset_bytes: int, cache_dir: str | None = None, cache_size_m
     cache) when the disk has too little free for one.
     """
     root = os.path.abspath(os.path.expanduser(cache_dir)) if cache_dir else paths.cache_root()
-    size = cache_size_mb or cache_bound_mb(dataset_bytes, free_mb(root) * MIB)
-    return {"cache_dir": root, "cache_size_mb": size} if size else {}
+    free = free_mb(root)
+    size = cache_size_mb or cache_bound_mb(dataset_bytes, free * MIB)
+    if not size:
+        log.warning("no data cache: %s has %d MiB free, and a cache needs at least %d MiB within half of it; "
+                    "the mount reads every epoch from S3 (free space there, or pass a roomier --cache-dir)",
+                    root, free, MIN_CACHE_MB)
+        return {}
+    return {"cache_dir": root, "cache_size_mb": size}
+
+
+def half_free_mb(free: int) -> int:
+    """The one "at most half the free disk" rule, in MiB."""
+    return max(0, free) // 2
+
+
+@dataclass(frozen=True)
+class CachePlan:
+    """What a mount program's cache really gets: its cap, the free space it must leave, and why it differs."""
+
+    size_mb: int  # the cap handed to the program
+    keep_free_mb: int  # the floor of free space (rclone --vfs-cache-min-free-space, s3fs ensure_diskfree)
+    note: str = ""  # set when the request was not honoured as asked
+
+
+def plan_cache(where: str, requested_mb: int | None, *, free: int | None = None) -> tuple[CachePlan | None, str]:
+    """The cache a program gets on the disk holding ``where``: (plan or None for none, note when not as asked).
+
+    The cap is ``requested_mb`` (default: half the free disk) but never more than half the
+    free disk; the floor keeps the other half free for everyone else, so even a program that
+    overshoots its cap (rclone keeps files it has open) stops at half the disk.
+    """
+    free = free_mb(where) if free is None else free
+    half = half_free_mb(free)
+    if half < MIN_CACHE_MB:
+        return None, (f"no data cache: {where} has {free} MiB free, and a cache needs at least {MIN_CACHE_MB} MiB "
+                      "within half of it; the mount reads from S3 every time")
+    size = min(requested_mb, half) if requested_mb else half
+    note = ""
+    if requested_mb and requested_mb > half:
+        note = (f"data cache capped at {size} MiB, half the {free} MiB free on {where}, instead of the "
+                f"{requested_mb} MiB asked")
+    return CachePlan(size_mb=size, keep_free_mb=free - half, note=note), note
 
 
 def free_mb(path: str) -> int:

@@ -10,8 +10,10 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
+from .argparsing import ArgumentParser
 from .errors import InvalidSpec, MountctlError
 from .redaction import redact
+from .spec import BACKEND_NAMES
 
 if TYPE_CHECKING:
     from .far_proxy import FarProfile
@@ -22,7 +24,7 @@ __all__ = ["main"]
 
 def _parser() -> argparse.ArgumentParser:
     formatter = argparse.RawDescriptionHelpFormatter
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="mountctl", formatter_class=formatter,
         description="Serve S3 to PyTorch loaders as plain files through supervised FUSE mounts.",
         epilog="example:\n  mountctl local-s3 start && eval \"$(mountctl local-s3 env)\"\n"
@@ -39,7 +41,7 @@ def _parser() -> argparse.ArgumentParser:
         epilog="example:\n  mountctl mount s3://my-bucket/train/ /mnt/train --backend rclone --metadata-ttl 300")
     m.add_argument("uri", help="s3://bucket/ or s3://bucket/prefix/")
     m.add_argument("dir", help="mount directory (created if missing; must be empty)")
-    m.add_argument("--backend", default="auto", choices=["auto", "mount-s3", "rclone", "s3fs"],
+    m.add_argument("--backend", default="auto", choices=BACKEND_NAMES,
                    help="mount program; auto = mount-s3, else s3fs, else rclone, the order measured in BENCHMARKS.md (default: auto)")
     m.add_argument("--read-write", action="store_true", help="allow writes (default: read-only)")
     m.add_argument("--cache-dir", help="local cache directory (enables the program's data cache, in a private "
@@ -55,6 +57,9 @@ def _parser() -> argparse.ArgumentParser:
     m.add_argument("--no-watchdog", action="store_true", help="do not remount automatically")
     m.add_argument("--extra-arg", action="append", default=[], metavar="ARG",
                    help="pass ARG to the mount program as is (repeatable)")
+    m.add_argument("--memory-mb", type=int, metavar="MIB",
+                   help="bound on the mount program's memory, turned into its own buffer flags (at least 64; "
+                        "default: the program's defaults)")
 
     u = commands.add_parser("unmount", formatter_class=formatter, help="unmount and stop the supervisor",
                             epilog="example:\n  mountctl unmount /mnt/train")
@@ -66,6 +71,15 @@ def _parser() -> argparse.ArgumentParser:
                             epilog="example:\n  mountctl status --json | python -m json.tool")
     s.add_argument("--json", action="store_true", help="print JSON")
     s.add_argument("--timeout", type=float, default=2.0, help="health probe bound per mount (default 2 s)")
+
+    e = commands.add_parser(
+        "exporter", formatter_class=formatter, help="serve this node's mounts as Prometheus metrics",
+        description="Serve /metrics (Prometheus), /healthz (200 while running) and /readyz (200 only when "
+                    "every managed mount is healthy, else 503 naming which is not) until interrupted.",
+        epilog="example:\n  mountctl exporter --listen 127.0.0.1:9464\n  curl -s 127.0.0.1:9464/readyz")
+    e.add_argument("--listen", default="127.0.0.1:9464", metavar="HOST:PORT",
+                   help="address to serve on (default 127.0.0.1:9464)")
+    e.add_argument("--timeout", type=float, default=2.0, help="health probe bound per mount (default 2 s)")
 
     d = commands.add_parser("doctor", formatter_class=formatter, help="check FUSE, programs, credentials, S3",
                             epilog="example:\n  mountctl doctor --uri s3://my-bucket/train/")
@@ -113,7 +127,7 @@ def _cmd_mount(args: argparse.Namespace) -> int:
         uri=args.uri, mount_dir=args.dir, backend=args.backend, read_only=not args.read_write,
         cache_dir=args.cache_dir, cache_size_mb=args.cache_size_mb, metadata_ttl_s=args.metadata_ttl,
         endpoint_url=args.endpoint_url, region=args.region, uid=args.uid, gid=args.gid,
-        allow_other=args.allow_other, mount_timeout_s=args.timeout,
+        allow_other=args.allow_other, mount_timeout_s=args.timeout, memory_mb=args.memory_mb,
         extra_args={args.backend: tuple(args.extra_arg)} if args.extra_arg and args.backend != "auto" else {},
     )
     if args.extra_arg and args.backend == "auto":
@@ -157,9 +171,34 @@ def _cmd_status(args: argparse.Namespace) -> int:
         since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(row["since"])) if row["since"] else "-"
         health = row["health"]
         latency = f" {health['latency_s'] * 1000:.0f}ms" if health.get("latency_s") else ""
+        cache = f"{row['cache']['cache_size_mb']}MiB" if row.get("cache") else "none"
         print(f"{row['dir']}  {row['uri']}  backend={row['backend']} pid={row['pid']} state={row['state']} "
-              f"health={health['state']}{latency} since={since} restarts={row['restarts']} holders={row['holders']}"
+              f"health={health['state']}{latency} since={since} restarts={row['restarts']} holders={row['holders']} "
+              f"cache={cache}"
               + (f"\n    last error: {row['last_error']}" if row["last_error"] else ""))
+    return 0
+
+
+def _cmd_exporter(args: argparse.Namespace) -> int:
+    import signal
+    import threading
+
+    from .shared.exporter import Exporter, parse_listen
+
+    host, port = parse_listen(args.listen)
+    try:
+        exporter = Exporter(host, port, timeout_s=args.timeout)
+    except OSError as exc:
+        raise MountctlError(f"the exporter cannot listen on {host}:{port}: {exc.strerror or exc}; "
+                            "choose another --listen address") from None
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    with exporter:
+        bound_host, bound_port = exporter.address
+        print(f"serving http://{bound_host}:{bound_port}/metrics, /healthz and /readyz; stop with Ctrl-C",
+              file=sys.stderr, flush=True)
+        stop.wait()
     return 0
 
 
@@ -248,7 +287,7 @@ def _profile_line(status: LocalS3Status) -> str:
 
 
 _COMMANDS = {"mount": _cmd_mount, "unmount": _cmd_unmount, "status": _cmd_status, "doctor": _cmd_doctor,
-             "cleanup": _cmd_cleanup, "local-s3": _cmd_local_s3}
+             "cleanup": _cmd_cleanup, "local-s3": _cmd_local_s3, "exporter": _cmd_exporter}
 
 
 def main(argv: list[str] | None = None) -> int:

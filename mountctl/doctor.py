@@ -87,8 +87,9 @@ def cleanup() -> list[str]:
         mount_dir = record.mount_dir
         if process_alive(record.supervisor):
             continue
-        with registry.locked(mount_dir):
-            clear_abandoned(mount_dir, registry.read(mount_dir), registry)
+        with registry.locked(mount_dir):  # checked again under the lock: it may have just been started anew
+            if not clear_abandoned(mount_dir, registry.read(mount_dir), registry):
+                continue
         cleared.append(f"abandoned mount {mount_dir} ({record.uri})")
     cleared += sweep_abandoned_workdirs()
     cleared += [f"stray local S3 server file {path}" for path in sweep_stray_server_files()]

@@ -18,6 +18,7 @@ __all__ = [
     "BackendNotFound",
     "MountDirError",
     "AlreadyMounted",
+    "MountDirGone",
     "MountTimeout",
     "MountFailed",
     "StaleMount",
@@ -66,6 +67,10 @@ class BackendNotFound(MountError):
 
 class MountDirError(MountError):
     """The mount directory cannot be used (a file, not empty, not creatable)."""
+
+
+class MountDirGone(MountDirError):
+    """The mount directory vanished or became unreachable (its parent file system went): nothing to remount."""
 
 
 class AlreadyMounted(MountDirError):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from .health import Health
 from .spec import MountSpec
@@ -28,6 +28,9 @@ class MountHandle(Protocol):
 
     @property
     def restarts(self) -> int: ...
+
+    @property
+    def cache(self) -> dict[str, Any] | None: ...
 
     def health(self, timeout_s: float | None = None) -> Health: ...
 

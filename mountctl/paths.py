@@ -5,7 +5,10 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import time
 from typing import Any
+
+from .errors import RegistryError
 
 __all__ = ["home", "private_dir", "runtime_dir", "registry_dir", "local_s3_dir", "managed_mounts_dir",
            "cache_root", "write_private", "write_private_json", "node_key"]
@@ -40,7 +43,7 @@ def local_s3_dir() -> str:
 
 
 def cache_root() -> str:
-    """Node-local data caches of training mounts; they outlive a mount so the next job starts warm."""
+    """Where training mounts put their data caches: each mount's own cache lives only as long as the mount (cache.py)."""
     return private_dir("cache")
 
 
@@ -69,22 +72,32 @@ def write_private_json(path: str, data: Any) -> None:
     write_private(path, json.dumps(data, indent=1))
 
 
-def node_key() -> bytes:
-    """A random key private to this ``$MOUNTCTL_HOME``: it keys the credentials fingerprint of shared mounts."""
+def node_key(*, wait_s: float = 5.0) -> bytes:
+    """A random key private to this ``$MOUNTCTL_HOME``: it keys the credentials fingerprint of shared mounts.
+
+    Ranks starting together must all read the same full key: it is written to a file of its
+    own and linked into place in one step, so the key file is never seen empty or half written;
+    a short one (left by an older mountctl mid-write) is waited for, within ``wait_s``.
+    """
     path = os.path.join(private_dir(), "node.key")
-    try:
-        with open(path, "rb") as f:
-            key = f.read()
-        if len(key) >= 32:
-            return key
-    except FileNotFoundError:
-        pass
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:  # another process made it first; read what it wrote
-        with open(path, "rb") as f:
-            return f.read()
-    with os.fdopen(fd, "wb") as f:
-        f.write(secrets.token_bytes(32))
-    with open(path, "rb") as f:
-        return f.read()
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            with open(path, "rb") as f:
+                key = f.read()
+            if len(key) >= 32:
+                return key
+        except FileNotFoundError:
+            tmp = f"{path}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+            write_private(tmp, secrets.token_bytes(32))
+            try:
+                os.link(tmp, path)  # atomic, and fails if another process linked its key first
+            except FileExistsError:
+                pass
+            finally:
+                os.unlink(tmp)
+            continue
+        if time.monotonic() > deadline:
+            raise RegistryError(f"the node key {path} holds {len(key)} bytes, not 32: remove it (shared mounts "
+                                "started with it are then seen as different requests) and try again")
+        time.sleep(0.01)

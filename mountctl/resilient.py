@@ -5,10 +5,22 @@ with ENOTCONN, ECONNABORTED, EIO or ESTALE, and for a moment the path may not
 exist (ENOENT) because the FUSE mount it was opened through is not there.  This reader retries exactly
 those, reopens the same path once the mount answers again and seeks back to
 the byte it had reached, so the caller sees one uninterrupted stream: no byte
-lost, none repeated.  Nothing else is retried (not EAGAIN, not ETIMEDOUT).  A
+lost, none repeated.  A mount whose program S3 no longer authorizes fails reads
+too, with EIO (rclone) or, worse, an early end of file (s3fs answers 0 bytes of
+a file it says is 3 MB): an end of file before the size the file has is retried
+like EIO while the watchdog resolves credentials again and remounts.  Nothing else is retried (not EAGAIN, not ETIMEDOUT).  A
 file that is really gone fails at once instead: ENOENT while its mount is in
 place, or, when the caller says how to ask S3 (``still_exists``), an object
 that S3 no longer has.
+
+An S3 outage looks the same from here (s3fs answers ENOENT or EIO while the store
+is down; rclone blocks the read), so "deleted" is said only when ``still_exists``
+gets an answer from the store saying the object is gone: an exception from it
+(the store unreachable) keeps the retry going.  An outage shorter than the bound
+(``outage_bound_s``: 120 s, or ``MOUNTCTL_OUTAGE_BOUND_S``) never fails a read.
+While a read is stalled for more than ``STALL_NOTICE_S`` one warning line says the
+store is not answering and the mount is retrying, and one line says when reads
+resumed (one pair per process and outage, however many files are open).
 """
 
 from __future__ import annotations
@@ -17,13 +29,15 @@ import errno
 import io
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 from .mounttable import covering_mount, find_mount
 
-__all__ = ["open_resilient", "ResilientReader", "RETRYABLE_ERRNOS"]
+__all__ = ["open_resilient", "ResilientReader", "RETRYABLE_ERRNOS", "outage_bound_s", "OUTAGE_BOUND_ENV",
+           "STALL_NOTICE_S"]
 
 log = logging.getLogger("mountctl")
 
@@ -32,34 +46,129 @@ RETRYABLE_ERRNOS = frozenset({errno.ENOTCONN, errno.ECONNABORTED, errno.EIO, err
 
 T = TypeVar("T")
 
+OUTAGE_BOUND_ENV = "MOUNTCTL_OUTAGE_BOUND_S"
+DEFAULT_OUTAGE_BOUND_S = 120.0
+STALL_NOTICE_S = 5.0  # a read stalled this long is reported (once per outage and process)
+
+
+def outage_bound_s() -> float:
+    """How long reads wait for an unreachable store before failing: $MOUNTCTL_OUTAGE_BOUND_S, else 120 s."""
+    value = os.environ.get(OUTAGE_BOUND_ENV, "")
+    try:
+        bound = float(value) if value else DEFAULT_OUTAGE_BOUND_S
+    except ValueError:
+        raise ValueError(f"{OUTAGE_BOUND_ENV}={value!r} is not a number of seconds; set it to e.g. 300") from None
+    if bound <= 0:
+        raise ValueError(f"{OUTAGE_BOUND_ENV}={value!r} must be a positive number of seconds")
+    return bound
+
 
 def _gone(path: str) -> FileNotFoundError:
-    return FileNotFoundError(errno.ENOENT, "the S3 object behind this file was deleted while it was being read; "
-                                           "rebuild the dataset's manifest or restore the object", path)
+    return FileNotFoundError(errno.ENOENT, "the S3 object behind this file was deleted while it was being read "
+                                           "(the store answered that it no longer has it); rebuild the dataset's "
+                                           "manifest or restore the object", path)
+
+
+def _vanished(path: str) -> FileNotFoundError:
+    return FileNotFoundError(errno.ENOENT, "this file disappeared from its mount while it was being read; if its "
+                                           "S3 object was deleted, rebuild the dataset's manifest or restore it "
+                                           "(pass still_exists to open_resilient to tell an S3 outage from a "
+                                           "deletion)", path)
+
+
+class _StallWatch:
+    """Notices reads that have not returned for ``notice_s``: one line when they stall, one when they resume.
+
+    A daemon thread looks at the operations in flight twice a second, so a read blocked in
+    the kernel (rclone waits for the store inside the read) is reported while it blocks.
+    """
+
+    def __init__(self, notice_s: float = STALL_NOTICE_S) -> None:
+        self.notice_s = notice_s
+        self._pid = -1
+        self._reset()
+
+    def _reset(self) -> None:  # also after fork: the parent's thread and lock are not ours
+        self._lock = threading.Lock()
+        self._ops: dict[int, tuple[float, str]] = {}
+        self._next = 0
+        self._stalled_since: float | None = None
+        self._thread: threading.Thread | None = None
+        self._pid = os.getpid()
+
+    def begin(self, name: str) -> int:
+        if self._pid != os.getpid():
+            self._reset()
+        with self._lock:
+            self._next += 1
+            self._ops[self._next] = (time.monotonic(), name)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="mountctl-stall-watch", daemon=True)
+                self._thread.start()
+            return self._next
+
+    def end(self, token: int, ok: bool) -> None:
+        with self._lock:
+            started, name = self._ops.pop(token, (time.monotonic(), ""))
+            since = self._stalled_since
+            if since is None or started > since:
+                return  # not the read that stalled (a cached read can succeed while the store is down)
+            self._stalled_since = None
+        if ok:
+            log.warning("S3 store answering again: reads through the mount resumed after %.1fs (%s)",
+                        time.monotonic() - since, name)
+
+    def _run(self) -> None:
+        while True:
+            time.sleep(min(0.5, self.notice_s / 4))
+            with self._lock:
+                if self._stalled_since is not None or not self._ops:
+                    continue
+                started, name = min(self._ops.values())
+                if time.monotonic() - started < self.notice_s:
+                    continue
+                self._stalled_since = started
+            log.warning("S3 store unreachable or not answering: a read of %s has waited %.0fs; the mount is "
+                        "retrying, and reads go on waiting up to %gs (%s) before they fail", name,
+                        time.monotonic() - started, outage_bound_s(), OUTAGE_BOUND_ENV)
+
+
+_stalls = _StallWatch()
 
 
 class ResilientReader(io.RawIOBase):
     """A raw, seekable, read-only file that survives its mount being replaced."""
 
-    def __init__(self, path: str, *, retry_for_s: float = 120.0,
-                 still_exists: Callable[[], bool] | None = None) -> None:
+    def __init__(self, path: str, *, retry_for_s: float | None = None,
+                 still_exists: Callable[[], bool] | None = None, expected_size: int | None = None,
+                 size_in_s3: Callable[[], int | None] | None = None) -> None:
         super().__init__()
         self.name = path
-        self._retry_for_s = retry_for_s
+        self._retry_for_s = outage_bound_s() if retry_for_s is None else retry_for_s
+        self._size_in_s3 = size_in_s3
+        if still_exists is None and size_in_s3 is not None:
+            still_exists = lambda: size_in_s3() is not None  # noqa: E731
         self._still_exists = still_exists
+        self._expected_size = expected_size
         self._offset = 0
         # The FUSE mount this file is opened through, read before the open so a remount that starts
         # right after a failed open cannot hide it; ENOENT is retried only while it is gone.
         entry = covering_mount(path)
         self._fuse_root = entry.mount_point if entry is not None and entry.is_fuse else None
+        self._mount_id = entry.mount_id if entry is not None and entry.is_fuse else None
+        # Set when the mount answered a read with a false end of file: reopening through that same mount
+        # could be served what its program cached of the failed read (s3fs: zeros), so wait for a new one.
+        self._distrusted_mount: int | None = None
         self._file: io.FileIO | None = None
+        self.reopens = 0
         try:
             self._file = io.FileIO(path, "r")
         except OSError as exc:
-            if exc.errno not in RETRYABLE_ERRNOS:
+            if exc.errno == errno.ENOENT and not self._store_may_still_have_it():
                 raise  # a missing file fails at once, as open() does
-            # Opened while the mount is being replaced: the first read opens it, retrying like any read.
-        self.reopens = 0
+            if exc.errno != errno.ENOENT and exc.errno not in RETRYABLE_ERRNOS:
+                raise
+            # Opened while the mount is being replaced or the store is down: the first read opens it, retrying.
 
     def readable(self) -> bool:
         return True
@@ -85,44 +194,103 @@ class ResilientReader(io.RawIOBase):
     def readinto(self, buffer: Any) -> int:
         def read(f: io.FileIO) -> int:
             f.seek(self._offset)
-            return f.readinto(buffer) or 0
+            count = f.readinto(buffer) or 0
+            if count == 0 and len(memoryview(buffer)) > 0 and self._ended_early(f):
+                self._distrusted_mount = self._mount_id
+                raise OSError(errno.EIO, f"the mount ended the file at byte {self._offset} of "
+                                         f"{self._expected_size or 'more'} (its program may have lost access to "
+                                         "S3: see its log)", self.name)
+            return count
 
         count = self._with_retry(read)
         self._offset += count
         return count
 
+    def _store_may_still_have_it(self) -> bool:
+        """False only when the store answered that the object is gone; unreachable means it may be there."""
+        if self._fuse_root is not None and find_mount(self._fuse_root) is None:
+            return True  # the FUSE mount is being replaced: its directory is briefly empty
+        if self._still_exists is None:
+            return False  # nobody to ask: the file system's answer stands
+        try:
+            return bool(self._still_exists())
+        except Exception:  # the store is unreachable (or not sure): an outage, not a deletion
+            return True
+
+    def _ended_early(self, f: io.FileIO) -> bool:
+        """An end of file before the size the file has (its own, or the size S3 listed): not a real end.
+
+        s3fs answers a read it cannot authorize as an empty file, even of size 0; S3 then says
+        whether the object really is this short now (overwritten), when the caller says how to ask it.
+        A file that is empty from its first byte is checked with S3 too: one request, only then.
+        """
+        size = max(os.fstat(f.fileno()).st_size, self._expected_size or 0)
+        if self._offset >= size and not (self._offset == 0 and self._size_in_s3 is not None):
+            return False
+        if self._size_in_s3 is not None:
+            try:
+                now = self._size_in_s3()
+            except Exception:  # S3 refuses us too, or is unreachable: the read failed
+                return True
+            if now is None:
+                raise _gone(self.name)
+            return self._offset < now
+        return True
+
     def _retryable(self, exc: OSError) -> bool:
         if exc.errno == errno.ENOENT:
-            if self._fuse_root is not None and find_mount(self._fuse_root) is None:
-                return True  # the FUSE mount is being replaced: its directory is briefly empty
-            raise _gone(self.name) from None  # the file system answers, and says the file is not there
+            # s3fs answers ENOENT while the store is down: only the store itself may say "deleted".
+            if self._store_may_still_have_it():
+                return True
+            raise (_gone(self.name) if self._still_exists is not None else _vanished(self.name)) from None
         if exc.errno not in RETRYABLE_ERRNOS:
             return False
-        if self._still_exists is not None:
-            try:
-                exists = self._still_exists()
-            except Exception:  # S3 itself is unreachable: keep waiting for it
-                exists = True
-            if not exists:
-                raise _gone(self.name) from None
+        if self._still_exists is not None and not self._store_may_still_have_it():
+            raise _gone(self.name) from None
         return True
 
     def _with_retry(self, operation: Callable[[io.FileIO], T]) -> T:
-        deadline = time.monotonic() + self._retry_for_s
+        token = _stalls.begin(self.name)
+        ok = False
+        try:
+            result = self._retry(operation)
+            ok = True
+            return result
+        finally:
+            _stalls.end(token, ok)
+
+    def _retry(self, operation: Callable[[io.FileIO], T]) -> T:
+        started = time.monotonic()
+        deadline = started + self._retry_for_s
         delay = 0.05
         while True:
             try:
                 if self._file is None:
+                    self._wait_for_new_mount()
                     self._file = io.FileIO(self.name, "r")
                     self.reopens += 1
                     log.info("reopened %s at offset %d after the mount recovered", self.name, self._offset)
                 return operation(self._file)
             except OSError as exc:
-                if not self._retryable(exc) or time.monotonic() > deadline:
+                if not self._retryable(exc):
                     raise
+                if time.monotonic() > deadline:
+                    raise OSError(exc.errno, f"reads through the mount kept failing for "
+                                  f"{time.monotonic() - started:.0f}s ({exc.strerror}); the S3 store or the mount "
+                                  f"did not come back within the bound: check the store, or raise "
+                                  f"{OUTAGE_BOUND_ENV} (now {self._retry_for_s:g}s)", self.name) from exc
                 self._drop()
                 time.sleep(delay)
                 delay = min(delay * 2, 1.0)
+
+    def _wait_for_new_mount(self) -> None:
+        """Refuse (retryably) to reopen through the mount that answered a false end of file."""
+        if self._distrusted_mount is None or self._fuse_root is None:
+            return
+        entry = find_mount(self._fuse_root)
+        if entry is None or entry.mount_id == self._distrusted_mount:
+            raise OSError(errno.EIO, "waiting for the mount to be replaced after it ended a file early", self.name)
+        self._distrusted_mount, self._mount_id = None, entry.mount_id
 
     def _drop(self) -> None:
         if self._file is not None:
@@ -138,13 +306,22 @@ class ResilientReader(io.RawIOBase):
 
 
 def open_resilient(path: str | os.PathLike[str], mode: str = "rb", *, buffering: int = 1 << 20,
-                   retry_for_s: float = 120.0, still_exists: Callable[[], bool] | None = None) -> io.BufferedReader:
-    """Open ``path`` for reading like ``open(path, "rb")``, retrying through a remount.
+                   retry_for_s: float | None = None, still_exists: Callable[[], bool] | None = None,
+                   expected_size: int | None = None,
+                   size_in_s3: Callable[[], int | None] | None = None) -> io.BufferedReader:
+    """Open ``path`` for reading like ``open(path, "rb")``, retrying through a remount or an S3 outage.
 
-    ``still_exists`` (optional) asks S3 whether the object is still there; with it a
-    file deleted mid-read fails at once rather than after ``retry_for_s``.
+    ``retry_for_s`` bounds the wait (default ``outage_bound_s()``).  ``still_exists``
+    (optional) asks S3 whether the object is still there: it returns False only when the
+    store answers "no such object" and raises when the store does not answer.  With it a
+    file deleted mid-read fails at once, and ENOENT from a mount whose store is down
+    (s3fs) is waited out; without it ENOENT from a mounted file system fails at once.
+    ``expected_size`` (the size S3 listed) makes an earlier end of file a failed read, retried;
+    ``size_in_s3`` (the object's size now, None when the store answers that it is gone, raising
+    when it does not answer) tells a really shorter object from that, and serves as ``still_exists`` too.
     """
     if mode not in ("r", "rb"):
         raise ValueError(f"open_resilient reads binary files only (mode 'rb'), not {mode!r}")
-    raw = ResilientReader(os.fspath(path), retry_for_s=retry_for_s, still_exists=still_exists)
+    raw = ResilientReader(os.fspath(path), retry_for_s=retry_for_s, still_exists=still_exists,
+                          expected_size=expected_size, size_in_s3=size_in_s3)
     return io.BufferedReader(raw, buffer_size=buffering)

@@ -17,6 +17,7 @@ Three layers, because no one of them covers every way a process ends:
 from __future__ import annotations
 
 import atexit
+import contextlib
 import logging
 import os
 import queue
@@ -58,6 +59,9 @@ class _Request:
         self.work = work
         self.reply: queue.Queue[tuple[bool, Any]] = queue.Queue(maxsize=1)
         self.abandoned = threading.Event()
+        # Held while the caller decides to abandon and while the spawner decides to reply: a reply
+        # made just after the timeout is either taken by the caller or killed, never left unowned.
+        self.decided = threading.Lock()
 
 
 class _Spawner:
@@ -78,9 +82,13 @@ class _Spawner:
         try:
             ok, value = request.reply.get(timeout=timeout_s)
         except queue.Empty:
-            request.abandoned.set()
-            raise MountTimeout(f"starting a mount program took longer than {timeout_s:g}s; the machine may be "
-                               "overloaded: try again", timeout_s=timeout_s) from None
+            with request.decided:
+                try:
+                    ok, value = request.reply.get_nowait()  # it came in just now: ours after all
+                except queue.Empty:
+                    request.abandoned.set()
+                    raise MountTimeout(f"starting a mount program took longer than {timeout_s:g}s; the machine "
+                                       "may be overloaded: try again", timeout_s=timeout_s) from None
         if not ok:
             raise value
         return value
@@ -92,10 +100,14 @@ class _Spawner:
                 result: tuple[bool, Any] = (True, request.work())
             except BaseException as exc:  # handed back to the caller's thread
                 result = (False, exc)
-            if request.abandoned.is_set() and result[0] and isinstance(result[1], subprocess.Popen):
+            with request.decided:
+                if not request.abandoned.is_set():
+                    request.reply.put(result)
+                    continue
+            if result[0] and isinstance(result[1], subprocess.Popen):
                 result[1].kill()  # nobody is waiting for this child any more
-                continue
-            request.reply.put(result)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    result[1].wait(timeout=5)
 
 
 _spawner = _Spawner()

@@ -1,15 +1,27 @@
-"""``Watchdog``: watches one mount and remounts it, with backoff, when it dies or stops answering."""
+"""``Watchdog``: watches one mount and remounts it, with backoff, when it dies or stops answering.
+
+Its restart budget is per time window (``MAX_RESTARTS`` tries in ``RESTART_WINDOW_S``),
+not for the mount's whole life: a long job survives blips spread over days, and still
+gives up on a mount that keeps failing.  A mount whose directory vanished is not retried.
+"""
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
+from collections import deque
 from typing import Protocol
 
+from .errors import MountDirGone
 from .health import Health
 from .redaction import redact
 
-__all__ = ["Watchdog", "Watched"]
+__all__ = ["Watchdog", "Watched", "WATCHDOG_INTERVAL_S", "MAX_RESTARTS", "RESTART_WINDOW_S"]
+
+WATCHDOG_INTERVAL_S = 2.0  # between health checks, for every mount (shared or in-process)
+MAX_RESTARTS = 10  # recovery tries allowed ...
+RESTART_WINDOW_S = 600.0  # ... within any 10 minutes
 
 log = logging.getLogger("mountctl")
 
@@ -29,16 +41,20 @@ class Watched(Protocol):
 class Watchdog:
     """A daemon thread: every ``interval_s`` check health; on failure recover, backing off 0.5 s to 30 s.
 
+    It gives up after ``max_restarts`` recovery tries within ``restart_window_s``.
+
     Any exception from a check or a recovery (a timeout waiting for a process stuck in the
     kernel, an OSError from spawning) counts as a failed try and is reported, never lost:
     the thread ends only when stopped or after reporting ``gave-up``.
     """
 
-    def __init__(self, watched: Watched, *, interval_s: float = 5.0, max_restarts: int = 10,
-                 name: str = "mountctl-watchdog") -> None:
+    def __init__(self, watched: Watched, *, interval_s: float = WATCHDOG_INTERVAL_S, max_restarts: int = MAX_RESTARTS,
+                 restart_window_s: float = RESTART_WINDOW_S, name: str = "mountctl-watchdog") -> None:
         self.watched = watched
         self.interval_s = interval_s
         self.max_restarts = max_restarts
+        self.restart_window_s = restart_window_s
+        self._tries: deque[float] = deque()  # when each recovery try began, within the window
         self.last_error = ""
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
@@ -77,16 +93,25 @@ class Watchdog:
 
     def _recover(self) -> bool:
         """Try until the mount is back (True) or we stop or give up (False)."""
-        backoff, failures = 0.5, 0
+        backoff = 0.5
         while not self._stop.is_set():
-            if self.watched.restarts >= self.max_restarts or failures >= self.max_restarts:
-                self.watched.report("gave-up", f"{self.watched.restarts} restarts; last error: {self.last_error}")
+            now = time.monotonic()
+            while self._tries and now - self._tries[0] > self.restart_window_s:
+                self._tries.popleft()
+            if len(self._tries) >= self.max_restarts:
+                self.watched.report("gave-up", f"{len(self._tries)} recovery tries within "
+                                    f"{self.restart_window_s:g}s ({self.watched.restarts} restarts in all); "
+                                    f"last error: {self.last_error}")
                 return False
+            self._tries.append(now)
             try:
                 self.watched.recover()
                 return True
+            except MountDirGone as exc:  # nothing left to remount: retrying would go on for ever
+                self.last_error = redact(str(exc))
+                self.watched.report("gave-up", self.last_error)
+                return False
             except Exception as exc:
-                failures += 1
                 self.last_error = redact(str(exc) or type(exc).__name__)
                 self.watched.report("restart-failed", f"{self.last_error}; next try in {backoff:g}s")
                 if self._stop.wait(backoff):

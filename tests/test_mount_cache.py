@@ -6,9 +6,12 @@ import contextlib
 import hashlib
 import os
 import subprocess
+import threading
 
+import psutil
 import pytest
 
+import mountctl
 from mountctl import Mount, MountSpec
 from mountctl.cache import mount_cache_dir
 
@@ -37,8 +40,14 @@ def small_filesystem(path, size_mb: int):
         subprocess.run(["umount", "-l", str(path)], check=False)
 
 
-def test_full_cache_disk_never_fails_a_read(backend, bucket, s3, mount_root, tmp_path):
-    # 192 MiB of objects through a cache whose disk holds 128 MiB, with a cap asked above the disk:
+def _used_fraction(path) -> float:
+    stats = os.statvfs(path)
+    return 1 - stats.f_bavail / stats.f_blocks
+
+
+def test_full_cache_disk_never_fails_a_read_and_the_cache_stays_within_half_of_it(
+        backend, bucket, s3, mount_root, tmp_path, caplog):
+    # 192 MiB of objects, read twice, through a cache whose disk holds 128 MiB, with a cap asked above the disk:
     # the disk runs full mid-read unless the program holds back, and every byte must come back right.
     objects = {f"part-{i}.bin": os.urandom(48 * MIB) for i in range(4)}
     for name, body in objects.items():
@@ -46,9 +55,50 @@ def test_full_cache_disk_never_fails_a_read(backend, bucket, s3, mount_root, tmp
     with small_filesystem(tmp_path / "small", 128) as disk:
         spec = MountSpec(uri=f"s3://{bucket}/data/", mount_dir=str(mount_root / "m"), backend=backend,
                          cache_dir=str(disk), cache_size_mb=1000)
-        with Mount(spec) as m:
-            for name, body in objects.items():
-                assert _read_all(os.path.join(m.path, name)) == hashlib.sha256(body).hexdigest(), name
+        with caplog.at_level("WARNING", logger="mountctl"), Mount(spec) as m:
+            # What is reported is what the program runs with: half of the ~128 MiB free, not the 1000 asked.
+            assert m.cache is not None and m.cache["cache_size_mb"] <= 64, m.cache
+            argv = psutil.Process(m.pid).cmdline()
+            assert str(m.cache["cache_size_mb"]) in " ".join(argv)
+            peak = [0.0]
+            done = threading.Event()
+
+            def watch() -> None:
+                while not done.wait(0.05):
+                    peak[0] = max(peak[0], _used_fraction(disk))
+
+            watcher = threading.Thread(target=watch, daemon=True)
+            watcher.start()
+            try:
+                for _epoch in range(2):
+                    for name, body in objects.items():
+                        assert _read_all(os.path.join(m.path, name)) == hashlib.sha256(body).hexdigest(), name
+            finally:
+                done.set()
+                watcher.join(timeout=5)
+        capped = [r.getMessage() for r in caplog.records if "capped at" in r.getMessage()]
+        assert len(capped) == 1, capped
+        # Half the disk for the cache, plus what the program holds open beyond its cap (one 48 MiB object).
+        assert peak[0] < 0.90, f"{backend}: the cache disk reached {peak[0]:.0%}"
+        print(f"\n[cache on a 128 MiB disk, {backend}] peak use {peak[0]:.0%}, cap {m.cache}")
+
+
+def test_a_cache_that_does_not_fit_is_reported_as_none_and_said_once(backend, bucket, s3, mount_root, tmp_path,
+                                                                     caplog):
+    s3.put_object(Bucket=bucket, Key="data/a.bin", Body=os.urandom(2 * MIB))
+    with small_filesystem(tmp_path / "tiny", 64) as disk:
+        spec = MountSpec(uri=f"s3://{bucket}/data/", mount_dir=str(mount_root / "m"), backend=backend,
+                         cache_dir=str(disk), cache_size_mb=200)
+        with caplog.at_level("WARNING", logger="mountctl"), mountctl.mount(
+                spec.uri, spec.mount_dir, backend=backend, cache_dir=spec.cache_dir, cache_size_mb=200) as m:
+            assert m.cache is None
+            rows = [row for row in mountctl.status() if row["dir"] == spec.mount_dir]
+            assert rows and rows[0]["cache"] is None, rows
+            argv = " ".join(psutil.Process(m.pid).cmdline())
+            assert "use_cache" not in argv and "--vfs-cache-mode" not in argv and "--cache " not in argv, argv
+            assert _read_all(os.path.join(m.path, "a.bin"))
+        said = [r.getMessage() for r in caplog.records if "no data cache" in r.getMessage()]
+        assert len(said) == 1, said
 
 
 def test_cache_directory_is_private_and_removed_with_the_mount(backend, bucket, s3, mount_root, tmp_path):

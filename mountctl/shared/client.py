@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -30,10 +31,14 @@ from ..processes import process_alive, process_identity
 from ..s3 import S3Settings, parse_s3_uri, resolve
 from ..spec import MountSpec
 from ..teardown import track, untrack
+from ..watchdog import WATCHDOG_INTERVAL_S
 from .registry import MountRecord, Registry
 
-__all__ = ["SharedMount", "acquire", "release", "request_unmount", "clear_abandoned", "default_mount_dir",
+__all__ = ["SharedMount", "acquire", "refuse_nested_records", "release", "request_unmount", "clear_abandoned", "default_mount_dir",
            "sharing_identity", "identity_differences", "RegistryGuard"]
+
+
+log = logging.getLogger("mountctl")
 
 
 def sharing_identity(spec: MountSpec, settings: S3Settings) -> dict[str, Any]:
@@ -99,6 +104,12 @@ class SharedMount:
         record = self.record()
         return record.restarts if record else 0
 
+    @property
+    def cache(self) -> dict[str, Any] | None:
+        """The data cache the program runs with (None: none), as its supervisor recorded it."""
+        record = self.record()
+        return record.cache if record else None
+
     def health(self, timeout_s: float | None = None) -> Health:
         record = self.record()
         backend = get_backend(record.backend) if record and record.backend else None
@@ -125,8 +136,15 @@ class SharedMount:
         return f"SharedMount({self.spec.uri!r} at {self.path!r}, backend={self.backend!r}, pid={self.pid})"
 
 
-def clear_abandoned(mount_dir: str, record: MountRecord | None, registry: Registry) -> None:
-    """Clean up after a supervisor that died: its mount program, its mount, its record.  Caller holds the lock."""
+def clear_abandoned(mount_dir: str, record: MountRecord | None, registry: Registry) -> bool:
+    """Clean up after a supervisor that died: its mount program, its mount, its record.  Caller holds the lock.
+
+    The liveness check is made here, under the caller's lock, on the record read under it:
+    a check made before taking the lock could clear a mount that started meanwhile.
+    Returns False (and clears nothing) when the record's supervisor is alive.
+    """
+    if record is not None and process_alive(record.supervisor):
+        return False
     if record is not None:
         if record.program_pid:
             import psutil
@@ -138,6 +156,7 @@ def clear_abandoned(mount_dir: str, record: MountRecord | None, registry: Regist
         registry.remove(mount_dir)
     if find_mount(mount_dir) is not None:
         force_clear(mount_dir)
+    return True
 
 
 def _recorded_error(record: MountRecord) -> MountctlError:
@@ -150,7 +169,7 @@ def _recorded_error(record: MountRecord) -> MountctlError:
 
 
 def acquire(spec: MountSpec, *, settings: S3Settings | None = None, pinned: bool = False,
-            holder_pid: int | None = None, watchdog: bool = True, watchdog_interval_s: float = 2.0,
+            holder_pid: int | None = None, watchdog: bool = True, watchdog_interval_s: float = WATCHDOG_INTERVAL_S,
             registry: Registry | None = None) -> SharedMount:
     """Join the node's mount of ``spec`` (starting it if needed) and wait until it is ready."""
     registry = registry or Registry()
@@ -179,6 +198,7 @@ def acquire(spec: MountSpec, *, settings: S3Settings | None = None, pinned: bool
                                     pinned=record.pinned or pinned)
             registry.write(record)
         else:
+            refuse_nested_records(spec.mount_dir, registry)
             record = MountRecord(uri=spec.uri, mount_dir=spec.mount_dir, spec=spec.to_dict(), identity=identity,
                                  backend=None if spec.backend == "auto" else spec.backend,
                                  holders=(holder,) if holder else (), pinned=pinned, watchdog=watchdog,
@@ -194,7 +214,28 @@ def acquire(spec: MountSpec, *, settings: S3Settings | None = None, pinned: bool
     except BaseException:
         handle.release(wait=False)
         raise
+    ready = registry.read(spec.mount_dir)
+    if ready is not None and ready.cache_note:  # the supervisor's log is not where the user looks
+        log.warning("%s: %s", spec.mount_dir, ready.cache_note)
     return handle
+
+
+def refuse_nested_records(mount_dir: str, registry: Registry) -> None:
+    """Refuse a directory inside a managed mount, or holding one, even one still starting (not yet mounted)."""
+    target = os.path.abspath(mount_dir).rstrip("/")
+    for record in registry.records():
+        other = os.path.abspath(record.mount_dir).rstrip("/")
+        if other == target or not process_alive(record.supervisor):
+            continue
+        if target.startswith(other + "/"):
+            where = f"is inside {other}, managed by mountctl for {record.uri}"
+        elif other.startswith(target + "/"):
+            where = f"holds {other}, managed by mountctl for {record.uri}"
+        else:
+            continue
+        raise errors.MountDirError(
+            f"mount directory {target} {where}; a mount nested in another dies when the outer one is unmounted: "
+            f"choose a directory outside it (or `mountctl unmount {other}` first)", mount_dir=target)
 
 
 def _spawn_supervisor(mount_dir: str, registry: Registry, settings: S3Settings) -> subprocess.Popen[bytes]:

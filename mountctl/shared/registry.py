@@ -23,6 +23,7 @@ from typing import Any, Literal, get_args
 
 from .. import paths
 from ..errors import RegistryError
+from ..watchdog import WATCHDOG_INTERVAL_S
 
 __all__ = ["Registry", "MountRecord", "SharedState", "SHARED_STATES"]
 
@@ -48,13 +49,15 @@ class MountRecord:
     holders: tuple[dict[str, Any], ...] = ()
     pinned: bool = False
     watchdog: bool = True
-    watchdog_interval_s: float = 2.0
+    watchdog_interval_s: float = WATCHDOG_INTERVAL_S
     events: tuple[dict[str, Any], ...] = ()
     supervisor: dict[str, Any] | None = None
     program_pid: int | None = None
     log_path: str | None = None
     error: dict[str, str] | None = None
     stop_requested: bool = False
+    cache: dict[str, Any] | None = None  # the data cache the program runs with (None: none), not what was asked
+    cache_note: str = ""  # why that differs from the request
 
     def __post_init__(self) -> None:
         if self.state not in SHARED_STATES:

@@ -38,9 +38,10 @@ def _published(mount: Mount, event: dict[str, Any]) -> Any:
 
     def change(record: MountRecord) -> MountRecord:
         changes: dict[str, Any] = {"restarts": mount.restarts, "program_pid": mount.pid, "backend": mount.backend,
-                                   "log_path": mount.log_path}
+                                   "log_path": mount.log_path, "cache": mount.cache,
+                                   "cache_note": mount.cache_note}
         kind = event["event"]
-        if kind in ("dead", "unresponsive", "restart-failed"):
+        if kind in ("dead", "unresponsive", "unauthorized", "restart-failed"):
             changes.update(state="recovering", last_error=event["detail"])
         elif kind == "gave-up":
             changes.update(state="failed", last_error=event["detail"],
@@ -79,13 +80,30 @@ def serve(mount_dir: str, registry: Registry | None = None) -> int:
         return 1
     try:
         while not stop.wait(POLL_S):
+            if mount.gone_reason:  # its directory vanished: end with the reason recorded, never retry
+                log.error("%s", mount.gone_reason)
+                registry.update(mount_dir, state="failed", last_error=mount.gone_reason,
+                                error={"type": "MountDirGone", "message": redact(mount.gone_reason)})
+                mount.stop()
+                _remove_when_waiters_left(registry, mount_dir, stop)
+                return 1
             if _nobody_holds(registry, mount_dir):
                 break
     finally:
-        registry.update(mount_dir, state="stopping")
-        mount.stop()
-        _remove_own_record(registry, mount_dir)
+        shut_down(registry, mount_dir, mount)
     return 0
+
+
+def shut_down(registry: Registry, mount_dir: str, mount: Any) -> None:
+    """Mark the record stopping, stop the mount, remove the record: each step runs even when one before failed."""
+    try:
+        registry.update(mount_dir, state="stopping")
+    except Exception as exc:  # a busy lock must not leave the mount program running
+        log.warning("could not mark %s as stopping: %r", mount_dir, exc)
+    try:
+        mount.stop()
+    finally:
+        _remove_own_record(registry, mount_dir)
 
 
 def _remove_own_record(registry: Registry, mount_dir: str) -> None:

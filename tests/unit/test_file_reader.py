@@ -94,7 +94,9 @@ def test_mount_cache_is_sized_from_the_manifest_total_with_no_list(tmp_path, mon
     @contextlib.contextmanager
     def mount(uri, mount_dir, **options):
         asked.update(options)
-        yield SimpleNamespace(path=str(tmp_path), backend="rclone", pid=None)
+        # A mount that runs with the cache it was asked for (handles report the cache in effect).
+        cache = {"cache_dir": options.get("cache_dir"), "cache_size_mb": options.get("cache_size_mb")}
+        yield SimpleNamespace(path=str(tmp_path), backend="rclone", pid=None, cache=cache)
 
     def no_list(*args, **kwargs):
         raise AssertionError("the dataset's size is in the manifest: no LIST")

@@ -89,3 +89,45 @@ def test_an_unexpected_error_ends_the_thread_with_a_gave_up_event():
     stand = Broken([])
     kinds = _run(stand)
     assert kinds == ["gave-up"] and "listener exploded" in stand.events[0][1]
+
+
+def test_blips_spread_beyond_the_window_never_exhaust_the_budget():
+    """The budget is per window: a long job with a blip now and then is recovered every time."""
+
+    class Blips(Stand):
+        def __init__(self) -> None:
+            super().__init__([])
+            self.blips = 4
+            self.recovered_at = 0.0
+
+        def health(self, timeout_s: float | None = None) -> Health:
+            if self.healthy and self.blips and time.monotonic() - self.recovered_at > 0.15:
+                self.blips -= 1
+                self.healthy = False
+            return super().health(timeout_s)
+
+        def recover(self) -> None:
+            self.restarts += 1
+            self.healthy = True
+            self.recovered_at = time.monotonic()
+            if self.restarts == 5:
+                self.done.set()
+
+    stand = Blips()
+    kinds = _run(stand, max_restarts=1, restart_window_s=0.1)
+    assert stand.restarts == 5 and "gave-up" not in kinds, kinds
+
+
+def test_tries_crowded_into_the_window_still_give_up():
+    stand = Stand([subprocess.TimeoutExpired(["s3fs"], 5)] * 10)
+    kinds = _run(stand, max_restarts=2, restart_window_s=600)
+    assert kinds[-1] == "gave-up" and "within 600s" in stand.events[-1][1]
+
+
+def test_a_vanished_mount_directory_is_not_retried():
+    from mountctl.errors import MountDirGone
+
+    stand = Stand([MountDirGone("the mount directory /x is no longer reachable"), OSError("never reached")])
+    kinds = _run(stand)
+    assert kinds == ["dead", "gave-up"] and "no longer reachable" in stand.events[-1][1]
+    assert stand.restarts == 1

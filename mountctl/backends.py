@@ -8,6 +8,7 @@ waiting and stopping belong to the supervisor.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import subprocess
@@ -22,7 +23,7 @@ from .s3 import S3Settings
 from .spec import MountSpec
 
 __all__ = ["Backend", "MountS3", "Rclone", "S3fsFuse", "BACKENDS", "get_backend", "choose_backend", "installed_backends",
-           "backend_versions"]
+           "backend_versions", "rclone_memory_flags", "s3fs_memory_options", "mount_s3_memory_flags", "rclone_rc_socket"]
 
 # rclone expands a remote named in RCLONE_CONFIG_<NAME>_* without any config file.
 _RCLONE_REMOTE = "MOUNTCTL"
@@ -92,7 +93,7 @@ class MountS3(Backend):
         argv += _ownership_flags(spec)
         if not settings.has_credentials:
             argv.append("--no-sign-request")
-        return argv + self._extra(spec)
+        return mount_s3_memory_flags(argv + self._extra(spec), spec.memory_mb)
 
     def owns(self, entry: MountEntry) -> bool:
         return entry.fs_type in ("fuse", "fuse.mountpoint-s3") and entry.source == "mountpoint-s3"
@@ -125,10 +126,22 @@ class Rclone(Backend):
                      "--vfs-cache-min-free-space", f"{plan.keep_free_mb}M",
                      "--vfs-cache-poll-interval", "5s"]
         argv += _ownership_flags(spec)
-        return argv + self._extra(spec)
+        # Its remote control on a socket in the private workdir (no auth needed, none on the command line):
+        # the exporter reads rclone's own metrics and vfs/stats through it.
+        socket_path = rclone_rc_socket(workdir)
+        if len(socket_path) < _UNIX_SOCKET_MAX:  # a longer path cannot be bound: the mount runs without it
+            argv += ["--rc", "--rc-addr", f"unix://{socket_path}", "--rc-no-auth", "--rc-enable-metrics"]
+        return rclone_memory_flags(argv + self._extra(spec), spec.memory_mb)
 
     def environment(self, spec: MountSpec, settings: S3Settings, workdir: str) -> dict[str, str]:
+        # Called before every start: a killed rclone leaves its socket behind, and a new one would fail
+        # to bind it ("address already in use") and exit before mounting.
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(rclone_rc_socket(workdir))
         env = settings.child_env()
+        if spec.memory_mb:
+            # Go's soft limit: the collector works harder near the bound instead of growing the heap past it.
+            env["GOMEMLIMIT"] = f"{spec.memory_mb}MiB"
         # rclone fails with LoadCustomCABundleError when AWS_CA_BUNDLE is set.
         env.pop("AWS_CA_BUNDLE", None)
         prefix = f"RCLONE_CONFIG_{_RCLONE_REMOTE}_"
@@ -138,7 +151,7 @@ class Rclone(Backend):
         if settings.endpoint_url:
             env[prefix + "ENDPOINT"] = settings.endpoint_url
             env[prefix + "FORCE_PATH_STYLE"] = "true"
-        if settings.has_credentials:
+        if settings.has_credentials and not settings.role_based:
             env[prefix + "ACCESS_KEY_ID"] = settings.access_key_id or ""
             env[prefix + "SECRET_ACCESS_KEY"] = settings.secret_access_key or ""
             if settings.session_token:
@@ -192,6 +205,7 @@ class S3fsFuse(Backend):
             options.append(f"gid={spec.gid}")
         if spec.allow_other:
             options.append("allow_other")
+        options = s3fs_memory_options(options, spec.memory_mb)
         extra = self._extra(spec)
         for option in options:
             if "," in option.split("=", 1)[-1]:
@@ -234,6 +248,128 @@ def _cache_plan(spec: MountSpec, workdir: str) -> CachePlan | None:
     if not (spec.cache_dir or spec.cache_size_mb):
         return None
     return plan_cache(spec.cache_dir or workdir, spec.cache_size_mb, free=free_mb(spec.cache_dir or workdir))[0]
+
+
+def rclone_rc_socket(workdir: str) -> str:
+    """Where a mount's rclone answers its remote control: a unix socket only its owner can reach."""
+    return os.path.join(workdir, "rc.sock")
+
+
+# -- memory bounds: one function per program, applied to the final command line ----------------------
+# Each caps whatever flags are in use (the defaults above, tuning elsewhere, the user's extra arguments), so
+# a bound set by ``memory_mb`` holds however the read flags change.  The program's own footprint (runtime,
+# metadata, FUSE buffers) comes off the bound first; what is left is its budget for read buffers.
+
+# sun_path holds 108 bytes with its terminating NUL on Linux.
+_UNIX_SOCKET_MAX = 107
+MIB = 1 << 20
+# rclone 1.75: 66 MiB RSS idle, ~30 MiB more while 4 readers stream (FUSE, HTTP, goroutines) with its buffers at
+# their smallest; the rest of the bound is its budget for read buffers.
+_RCLONE_BASE_MB = 104
+# With less than 48 MiB of buffers (a 12 MiB --max-buffer-memory) four readers with 16 chunk streams each
+# stalled for minutes; with 48 they streamed at 141 MiB RSS.
+_RCLONE_MIN_MB = _RCLONE_BASE_MB + 48
+_S3FS_BASE_MB = 24  # an idle s3fs 1.90 mount: 15 MiB RSS measured
+_MOUNT_S3_BASE_MB = 64
+_BOUNDED_READERS = 4  # files read at once that each get a full share of the budget
+_STAT_ENTRY_BYTES = 400  # s3fs's stat cache: "100,000 entries (about 40MB)"
+
+
+def rclone_memory_flags(argv: list[str], memory_mb: int | None) -> list[str]:
+    """rclone's read buffers under ``memory_mb``: half the budget for read-ahead buffers (``--max-buffer-memory``
+    caps them all together; ``--buffer-size`` is a reader's share), half for chunks in flight (each of
+    ``_BOUNDED_READERS`` files gets ``--vfs-read-chunk-streams`` x ``--vfs-read-chunk-size`` within its share)."""
+    if not memory_mb:
+        return argv
+    if memory_mb < _RCLONE_MIN_MB:
+        raise InvalidSpec(f"rclone needs a memory bound of at least {_RCLONE_MIN_MB} MiB (it uses about "
+                          f"{_RCLONE_BASE_MB} while reading before any buffer), not {memory_mb}; raise memory_mb "
+                          "or choose s3fs, which reads through temporary files")
+    budget = memory_mb - _RCLONE_BASE_MB
+    share = max(1, budget // 2 // _BOUNDED_READERS)
+    argv = _set_flag(argv, "--max-buffer-memory", f"{budget // 2}M")
+    buffer = _rclone_size(_flag_value(argv, "--buffer-size"), 16 * MIB)
+    argv = _set_flag(argv, "--buffer-size", f"{min(buffer // MIB, share)}M" if buffer else "0")
+    streams = int(_flag_value(argv, "--vfs-read-chunk-streams") or 0)
+    if streams > 0:
+        chunk = _rclone_size(_flag_value(argv, "--vfs-read-chunk-size"), 128 * MIB) or 128 * MIB
+        streams = min(streams, share)  # at least 1 MiB per stream
+        chunk_mb = max(1, min(chunk // MIB, share // streams))
+        argv = _set_flag(_set_flag(argv, "--vfs-read-chunk-streams", str(streams)), "--vfs-read-chunk-size",
+                         f"{chunk_mb}M")
+    return argv
+
+
+def s3fs_memory_options(options: list[str], memory_mb: int | None) -> list[str]:
+    """s3fs's ``-o`` options under ``memory_mb``: parallel requests x part size within the budget, dirty data
+    (at least s3fs's minimum of 50) and the stat cache within it too.
+
+    s3fs writes what it downloads to a temporary file (or its cache), not to memory: its RSS is
+    mostly per-request buffers and the stat cache, which is what these bound.
+    """
+    if not memory_mb:
+        return options
+    budget = max(16, memory_mb - _S3FS_BASE_MB)
+    values = {option.partition("=")[0]: option.partition("=")[2] for option in options}
+    part = max(5, int(values.get("multipart_size") or 10))
+    parallel = max(1, min(int(values.get("parallel_count") or 5), budget // 2 // part))
+    changes = {"multipart_size": str(part), "parallel_count": str(parallel),
+               "max_dirty_data": str(max(50, min(int(values.get("max_dirty_data") or 5120), budget))),
+               "max_stat_cache_size": str(min(int(values.get("max_stat_cache_size") or 100_000),
+                                              budget * MIB // 4 // _STAT_ENTRY_BYTES))}
+    kept = [option for option in options if option.split("=", 1)[0] not in changes]
+    return kept + [f"{name}={value}" for name, value in changes.items()]
+
+
+def mount_s3_memory_flags(argv: list[str], memory_mb: int | None) -> list[str]:
+    """mount-s3 under ``memory_mb``: ``--memory-target`` (1.24+) for its prefetcher, and threads x part size
+    within the budget."""
+    if not memory_mb:
+        return argv
+    budget = max(16, memory_mb - _MOUNT_S3_BASE_MB)
+    part = min(int(_flag_value(argv, "--part-size") or 8 * MIB), 8 * MIB)
+    threads = max(1, min(int(_flag_value(argv, "--max-threads") or 16), budget * MIB // 2 // part))
+    argv = _set_flag(argv, "--part-size", str(part))
+    argv = _set_flag(argv, "--max-threads", str(threads))
+    return _set_flag(argv, "--memory-target", str(memory_mb))
+
+
+def _flag_value(argv: list[str], name: str) -> str | None:
+    """The last value given to ``name`` (as ``name value`` or ``name=value``), or None."""
+    value = None
+    for i, arg in enumerate(argv):
+        if arg == name and i + 1 < len(argv):
+            value = argv[i + 1]
+        elif arg.startswith(name + "="):
+            value = arg.split("=", 1)[1]
+    return value
+
+
+def _set_flag(argv: list[str], name: str, value: str) -> list[str]:
+    """``argv`` with every ``name`` replaced by one ``name value`` at the end (the last one given wins)."""
+    kept, skip = [], False
+    for i, arg in enumerate(argv):
+        if skip:
+            skip = False
+            continue
+        if arg == name and i + 1 < len(argv):
+            skip = True
+            continue
+        if arg.startswith(name + "="):
+            continue
+        kept.append(arg)
+    return kept + [name, value]
+
+
+def _rclone_size(text: str | None, default: int) -> int:
+    """Bytes in an rclone size (``32M``, ``64Mi``, ``1G``, ``512k``, ``off``; a bare number is KiB)."""
+    if text is None:
+        return default
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)([bkmgtp]?)i?", text.strip().lower())
+    if not match:
+        return 0 if text.strip().lower() == "off" else default
+    number, unit = float(match.group(1)), match.group(2) or "k"
+    return int(number * {"b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40, "p": 1 << 50}[unit])
 
 
 def _seconds(value: float) -> str:

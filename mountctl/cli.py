@@ -8,11 +8,16 @@ import logging
 import shlex
 import sys
 import time
+from typing import TYPE_CHECKING
 
 from .argparsing import ArgumentParser
-from .errors import MountctlError
+from .errors import InvalidSpec, MountctlError
 from .redaction import redact
 from .spec import BACKEND_NAMES
+
+if TYPE_CHECKING:
+    from .far_proxy import FarProfile
+    from .local_s3 import LocalS3Status
 
 __all__ = ["main"]
 
@@ -52,6 +57,9 @@ def _parser() -> argparse.ArgumentParser:
     m.add_argument("--no-watchdog", action="store_true", help="do not remount automatically")
     m.add_argument("--extra-arg", action="append", default=[], metavar="ARG",
                    help="pass ARG to the mount program as is (repeatable)")
+    m.add_argument("--memory-mb", type=int, metavar="MIB",
+                   help="bound on the mount program's memory, turned into its own buffer flags (at least 64; "
+                        "default: the program's defaults)")
 
     u = commands.add_parser("unmount", formatter_class=formatter, help="unmount and stop the supervisor",
                             epilog="example:\n  mountctl unmount /mnt/train")
@@ -63,6 +71,15 @@ def _parser() -> argparse.ArgumentParser:
                             epilog="example:\n  mountctl status --json | python -m json.tool")
     s.add_argument("--json", action="store_true", help="print JSON")
     s.add_argument("--timeout", type=float, default=2.0, help="health probe bound per mount (default 2 s)")
+
+    e = commands.add_parser(
+        "exporter", formatter_class=formatter, help="serve this node's mounts as Prometheus metrics",
+        description="Serve /metrics (Prometheus), /healthz (200 while running) and /readyz (200 only when "
+                    "every managed mount is healthy, else 503 naming which is not) until interrupted.",
+        epilog="example:\n  mountctl exporter --listen 127.0.0.1:9464\n  curl -s 127.0.0.1:9464/readyz")
+    e.add_argument("--listen", default="127.0.0.1:9464", metavar="HOST:PORT",
+                   help="address to serve on (default 127.0.0.1:9464)")
+    e.add_argument("--timeout", type=float, default=2.0, help="health probe bound per mount (default 2 s)")
 
     d = commands.add_parser("doctor", formatter_class=formatter, help="check FUSE, programs, credentials, S3",
                             epilog="example:\n  mountctl doctor --uri s3://my-bucket/train/")
@@ -79,10 +96,19 @@ def _parser() -> argparse.ArgumentParser:
         description="Run SeaweedFS on 127.0.0.1 with generated credentials, for demos and tests.",
         epilog="example:\n  mountctl local-s3 start\n  eval \"$(mountctl local-s3 env)\"\n  mountctl local-s3 stop")
     actions = local.add_subparsers(dest="action", required=True, metavar="ACTION")
-    start = actions.add_parser("start", help="start (no-op when running); returns when S3 answers",
-                               epilog="example:\n  mountctl local-s3 start --bucket data", formatter_class=formatter)
+    start = actions.add_parser(
+        "start", help="start (no-op when running); returns when S3 answers", formatter_class=formatter,
+        description="Start the server unless it runs.  --profile far also puts an nginx proxy in front of it that "
+                    "makes it look like S3 in the same region (latency per request, a rate cap per connection); "
+                    "`env` then prints the proxy's endpoint.  --profile local removes the proxy again; without "
+                    "--profile the running profile is kept.",
+        epilog="example:\n  mountctl local-s3 start --bucket data\n  mountctl local-s3 start --profile far --latency-ms 20")
     start.add_argument("--bucket", action="append", help="bucket to create (repeatable; default: mountctl)")
     start.add_argument("--timeout", type=float, default=60.0)
+    start.add_argument("--profile", choices=("local", "far"),
+                       help="local: the server as it is (the default for a new start); far: behind the proxy")
+    start.add_argument("--latency-ms", type=float, help="far: wait per request, ms (default 20)")
+    start.add_argument("--rate-mb-s", type=float, help="far: cap per connection, MB/s (default 50; 0 = none)")
     actions.add_parser("stop", help="stop the server", epilog="example:\n  mountctl local-s3 stop",
                        formatter_class=formatter)
     st = actions.add_parser("status", help="running or not, endpoint, pid",
@@ -101,7 +127,7 @@ def _cmd_mount(args: argparse.Namespace) -> int:
         uri=args.uri, mount_dir=args.dir, backend=args.backend, read_only=not args.read_write,
         cache_dir=args.cache_dir, cache_size_mb=args.cache_size_mb, metadata_ttl_s=args.metadata_ttl,
         endpoint_url=args.endpoint_url, region=args.region, uid=args.uid, gid=args.gid,
-        allow_other=args.allow_other, mount_timeout_s=args.timeout,
+        allow_other=args.allow_other, mount_timeout_s=args.timeout, memory_mb=args.memory_mb,
         extra_args={args.backend: tuple(args.extra_arg)} if args.extra_arg and args.backend != "auto" else {},
     )
     if args.extra_arg and args.backend == "auto":
@@ -153,6 +179,29 @@ def _cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_exporter(args: argparse.Namespace) -> int:
+    import signal
+    import threading
+
+    from .shared.exporter import Exporter, parse_listen
+
+    host, port = parse_listen(args.listen)
+    try:
+        exporter = Exporter(host, port, timeout_s=args.timeout)
+    except OSError as exc:
+        raise MountctlError(f"the exporter cannot listen on {host}:{port}: {exc.strerror or exc}; "
+                            "choose another --listen address") from None
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    with exporter:
+        bound_host, bound_port = exporter.address
+        print(f"serving http://{bound_host}:{bound_port}/metrics, /healthz and /readyz; stop with Ctrl-C",
+              file=sys.stderr, flush=True)
+        stop.wait()
+    return 0
+
+
 def _cmd_doctor(args: argparse.Namespace) -> int:
     from .doctor import run_checks
 
@@ -187,10 +236,16 @@ def _cmd_local_s3(args: argparse.Namespace) -> int:
 
     server = LocalS3()
     if args.action == "start":
+        far = _far_profile(args)
         was_running = server.status().running
         status = server.start(buckets=tuple(args.bucket or [DEFAULT_BUCKET]), timeout_s=args.timeout)
+        if far is not None:
+            status = server.start_far(far, timeout_s=args.timeout)
+        elif args.profile == "local":
+            server.stop_far()
+            status = server.status()
         verb = "already running" if was_running else "started"
-        print(f"local S3 {verb} at {status.endpoint_url} (pid {status.pid}); "
+        print(f"local S3 {verb} at {status.endpoint_url} (pid {status.pid}, {_profile_line(status)}); "
               "use it with: eval \"$(mountctl local-s3 env)\"", file=sys.stderr)
         return 0
     if args.action == "stop":
@@ -201,7 +256,8 @@ def _cmd_local_s3(args: argparse.Namespace) -> int:
         if getattr(args, "json", False):
             print(json.dumps(status.to_dict(), indent=2))
         elif status.running:
-            print(f"running at {status.endpoint_url} (pid {status.pid}), state in {status.home}")
+            print(f"running at {status.endpoint_url} (pid {status.pid}, {_profile_line(status)}), "
+                  f"state in {status.home}")
         else:
             print(f"not running (state in {status.home}); start it with `mountctl local-s3 start`")
         return 0 if status.running else 3
@@ -210,8 +266,28 @@ def _cmd_local_s3(args: argparse.Namespace) -> int:
     return 0
 
 
+def _far_profile(args: argparse.Namespace) -> FarProfile | None:
+    """The far profile the start asks for, or None; a far option without ``--profile far`` is a mistake."""
+    from .far_proxy import FarProfile
+
+    given = {name: value for name, value in (("latency_ms", args.latency_ms), ("rate_mb_s", args.rate_mb_s))
+             if value is not None}
+    if args.profile != "far":
+        if given:
+            raise InvalidSpec("--latency-ms and --rate-mb-s shape the far profile: add --profile far")
+        return None
+    return FarProfile(**given)
+
+
+def _profile_line(status: LocalS3Status) -> str:
+    if status.far is None:
+        return "profile local"
+    return (f"profile far: {status.far.latency_ms:g} ms per request, {status.far.rate_mb_s:g} MB/s per connection, "
+            f"in front of {status.server_endpoint_url}")
+
+
 _COMMANDS = {"mount": _cmd_mount, "unmount": _cmd_unmount, "status": _cmd_status, "doctor": _cmd_doctor,
-             "cleanup": _cmd_cleanup, "local-s3": _cmd_local_s3}
+             "cleanup": _cmd_cleanup, "local-s3": _cmd_local_s3, "exporter": _cmd_exporter}
 
 
 def main(argv: list[str] | None = None) -> int:

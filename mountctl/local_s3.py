@@ -3,7 +3,9 @@
 One server per ``$MOUNTCTL_HOME``.  Its state lives in ``local-s3/`` there
 (0700): data, generated credentials (0600), the server's identities file
 (0600), the pid and ports of the running server, its output (``weed.log``) and
-weed's own rotated log files (``logs/``; weed would put them in /tmp).  The CLI
+weed's own rotated log files (``logs/``; weed would put them in /tmp).  With the far
+profile a ``far_proxy.FarProxy`` runs in front of it from ``far-proxy/`` there, and the
+endpoint every client is given is the proxy's.  The CLI
 (``mountctl local-s3 ...``), the Python API below and the pytest fixture all
 use this one module.
 """
@@ -28,8 +30,11 @@ from typing import Any, TextIO
 
 from . import paths
 from .errors import LocalS3Error
+from .far_proxy import FarProfile, FarProxy
 from .logs import tail
 from .paths import write_private_json
+from .ports import GRPC_OFFSET as _GRPC_OFFSET
+from .ports import ephemeral_range, free_port, port_candidates, port_free
 from .programs import find_program
 from .redaction import remember_secret
 from .s3 import DEFAULT_REGION, S3Settings
@@ -39,10 +44,8 @@ __all__ = ["LocalS3", "LocalS3Status", "DEFAULT_BUCKET", "sweep_stray_server_fil
 
 DEFAULT_BUCKET = "mountctl"
 REGION = DEFAULT_REGION
-# weed's components, each with an HTTP port; every gRPC port is HTTP + 10000, the
-# offset SeaweedFS's own worker assumes when it dials the admin server.
+# weed's components, each with an HTTP port; every gRPC port is HTTP + _GRPC_OFFSET.
 _COMPONENTS = ("master", "volume", "filer", "s3", "admin")
-_GRPC_OFFSET = 10000
 # Caps on the server's logs: weed rotates its own files in logs/ (per severity), and
 # weed.log (its stdout/stderr) is moved to weed.log.1 at a start once it is this big.
 _LOG_MAX_FILES = 3
@@ -51,25 +54,24 @@ _LOG_MAX_SIZE_MB = 16
 
 @dataclass(frozen=True)
 class LocalS3Status:
+    """``endpoint_url`` is what clients use: the far proxy's when one runs, else the server's."""
+
     running: bool
     endpoint_url: str | None = None
     pid: int | None = None
     home: str = ""
     log_path: str = ""
+    server_endpoint_url: str | None = None
+    far: FarProfile | None = None
+
+    @property
+    def profile(self) -> str:
+        return "far" if self.far else "local"
 
     def to_dict(self) -> dict[str, Any]:
         return {"running": self.running, "endpoint": self.endpoint_url, "pid": self.pid,
-                "home": self.home, "log": self.log_path}
-
-
-def _port_free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
+                "home": self.home, "log": self.log_path, "profile": self.profile,
+                "server_endpoint": self.server_endpoint_url, "far": self.far.to_dict() if self.far else None}
 
 
 def _weed_running(pid: int) -> bool:
@@ -138,38 +140,12 @@ def sweep_stray_server_files(tmp_dir: str | None = None) -> list[str]:
     return removed
 
 
-def _ephemeral_range(path: str = "/proc/sys/net/ipv4/ip_local_port_range") -> tuple[int, int]:
-    try:
-        with open(path) as f:
-            low, high = (int(x) for x in f.read().split())
-        return low, high
-    except (OSError, ValueError):
-        return 32768, 60999  # Linux's default
-
-
-def port_candidates(ephemeral: tuple[int, int]) -> range:
-    """Ports P for which neither P nor P + 10000 lies in the kernel's ephemeral range.
-
-    An outgoing connection (a mount program talking to S3, say) takes its local port from
-    that range; a server port there can be taken between a stop and the restart that
-    reuses it, and the restart then fails with "address already in use".
-    """
-    low, high = ephemeral
-    if low - _GRPC_OFFSET > 10000:
-        return range(10000, low - _GRPC_OFFSET)  # both ports below the range
-    if high + 1 <= 65535 - _GRPC_OFFSET:
-        return range(high + 1, 65536 - _GRPC_OFFSET)  # both ports above it
-    return range(20000, 55536 - _GRPC_OFFSET)  # no room outside it: take our chances
-
-
 def _free_port_pair() -> int:
     """A port P such that P and P + 10000 are both free on 127.0.0.1, outside the ephemeral range."""
-    candidates = port_candidates(_ephemeral_range())
-    for _ in range(200):
-        port = candidates[secrets.randbelow(len(candidates))]
-        if _port_free(port) and _port_free(port + _GRPC_OFFSET):
-            return port
-    raise LocalS3Error("found no free pair of ports on 127.0.0.1 for the local S3 server; free some ports")
+    try:
+        return free_port((0, _GRPC_OFFSET), what="the local S3 server")
+    except OSError as exc:
+        raise LocalS3Error(str(exc)) from None
 
 
 class LocalS3:
@@ -212,12 +188,14 @@ class LocalS3:
         remember_secret(creds["secret_access_key"])
         return creds
 
-    def settings(self) -> S3Settings:
+    def settings(self, *, direct: bool = False) -> S3Settings:
+        """Settings for a client: through the far proxy when one runs, unless ``direct``."""
         status = self.status()
         if not status.running:
             raise LocalS3Error(f"the local S3 server of {self.dir} is not running; start it with `mountctl local-s3 start`")
         creds = self.credentials()
-        return S3Settings(endpoint_url=status.endpoint_url, region=REGION,
+        endpoint = status.server_endpoint_url if direct else status.endpoint_url
+        return S3Settings(endpoint_url=endpoint, region=REGION,
                           access_key_id=creds["access_key_id"], secret_access_key=creds["secret_access_key"])
 
     def env(self) -> dict[str, str]:
@@ -225,6 +203,18 @@ class LocalS3:
         s = self.settings()
         return {"AWS_ENDPOINT_URL": s.endpoint_url or "", "AWS_ACCESS_KEY_ID": s.access_key_id or "",
                 "AWS_SECRET_ACCESS_KEY": s.secret_access_key or "", "AWS_REGION": REGION}
+
+    def add_identity(self, user: str, access_key: str, secret_key: str, *, timeout_s: float = 30.0) -> None:
+        """Add a key live (beside the static one above); returns once the server accepts it."""
+        from .local_s3_identities import add_identity
+
+        add_identity(self, user, access_key, secret_key, timeout_s=timeout_s)
+
+    def revoke_identity(self, user: str, access_key: str, *, timeout_s: float = 30.0) -> None:
+        """Revoke a key added with ``add_identity``; returns once the server refuses it."""
+        from .local_s3_identities import revoke_identity
+
+        revoke_identity(self, user, access_key, timeout_s=timeout_s)
 
     # -- state ----------------------------------------------------------------------------
 
@@ -246,7 +236,32 @@ class LocalS3:
         server = self._server()
         if server is None:
             return LocalS3Status(False, home=self.dir, log_path=self.log_path)
-        return LocalS3Status(True, server["endpoint"], server["pid"], self.dir, self.log_path)
+        proxy = self.far_proxy()
+        far, proxy_endpoint = proxy.running_profile(), proxy.endpoint_url
+        return LocalS3Status(True, proxy_endpoint or server["endpoint"], server["pid"], self.dir, self.log_path,
+                             server_endpoint_url=server["endpoint"], far=far if proxy_endpoint else None)
+
+    # -- the far profile ------------------------------------------------------------------
+
+    def far_proxy(self, profile: FarProfile | None = None) -> FarProxy:
+        """The proxy of this server's far profile (running or not); it knows how to run itself."""
+        server = self._read_json("server.json") or {}
+        return FarProxy(server.get("endpoint") or "http://127.0.0.1:0", self._path("far-proxy"),
+                        profile or FarProfile())
+
+    def start_far(self, profile: FarProfile | None = None, *, timeout_s: float = 30.0) -> LocalS3Status:
+        """Put the far proxy in front of the running server (replacing one of another profile)."""
+        if not self.status().running:
+            raise LocalS3Error(f"the local S3 server of {self.dir} is not running; start it before its far profile")
+        self.far_proxy(profile).start(timeout_s)
+        return self.status()
+
+    def stop_far(self) -> bool:
+        """Remove the far proxy, so clients talk to the server directly again.  False if none ran."""
+        proxy = self.far_proxy()
+        running = proxy.endpoint_url is not None
+        proxy.stop()
+        return running
 
     # -- start / stop ---------------------------------------------------------------------
 
@@ -286,6 +301,7 @@ class LocalS3:
         if status.running:
             self._ensure_buckets(buckets, timeout_s)
             return status
+        self.stop_far()  # a proxy left in front of a server that is gone
         weed = self.weed()
         creds = self.credentials()
         identities = {"identities": [{
@@ -343,8 +359,8 @@ class LocalS3:
         for component in _COMPONENTS:
             # Keep the endpoint stable across restarts when the old port is still free.
             port = previous.get(component)
-            reusable = port in port_candidates(_ephemeral_range()) if port else False
-            if not (reusable and _port_free(port) and _port_free(port + _GRPC_OFFSET) and port not in ports.values()):
+            reusable = port in port_candidates(ephemeral_range()) if port else False
+            if not (reusable and port_free(port) and port_free(port + _GRPC_OFFSET) and port not in ports.values()):
                 port = _free_port_pair()
                 while port in ports.values():
                     port = _free_port_pair()
@@ -376,7 +392,7 @@ class LocalS3:
     def _ensure_buckets(self, buckets: tuple[str, ...], timeout_s: float) -> None:
         if not buckets:
             return
-        client = s3_client(self.settings(), connect_timeout=2, read_timeout=10, retries=2)
+        client = s3_client(self.settings(direct=True), connect_timeout=2, read_timeout=10, retries=2)
         existing = {b["Name"] for b in client.list_buckets().get("Buckets", [])}
         for bucket in buckets:
             if bucket not in existing:
@@ -394,7 +410,8 @@ class LocalS3:
                     time.sleep(0.1)
 
     def stop(self, *, grace_s: float = 15.0) -> bool:
-        """Stop the server: SIGTERM, then SIGKILL after ``grace_s``.  False if it was not running."""
+        """Stop the far proxy and the server: SIGTERM, then SIGKILL after ``grace_s``.  False if it was not running."""
+        self.stop_far()
         server = self._server()
         if server is None:
             self._remove_sockets()

@@ -23,14 +23,14 @@ from typing import Any, Protocol
 from . import scratch
 from .backends import BACKENDS, Backend, choose_backend
 from .cache import CachePlan, plan_cache, prepare_mount_cache, remove_mount_cache
-from .errors import AlreadyMounted, MountDirError, MountDirGone, MountFailed, MountTimeout, StaleMount
+from .errors import AlreadyMounted, CredentialsError, MountDirError, MountDirGone, MountFailed, MountTimeout, StaleMount
 from .fusectl import force_clear, unmount
-from .health import Health, mount_health
+from .health import AuthWatch, Health, mount_health
 from .logs import tail
 from .mounttable import MountEntry, find_mount, read_mount_table
 from .probe import probe_path
 from .redaction import redact
-from .s3 import S3Settings, check_bucket_access, resolve
+from .s3 import S3Settings, check_bucket_access, refresh_credentials, resolve
 from .spec import MountSpec
 from .teardown import spawn_with_parent_death_signal, track, untrack
 from .watchdog import MAX_RESTARTS, WATCHDOG_INTERVAL_S, Watchdog
@@ -165,6 +165,8 @@ class Mount:
         self._lock = threading.RLock()
         self._on_event = on_event
         self._guard = _default_guard if guard is _UNSET else guard
+        self._auth_watch = AuthWatch()
+        self._auth_refused = ""  # why the next recovery resolves credentials again
         self.restarts = 0
         self.gone_reason = ""  # set when the mount directory vanished: the watchdog stops instead of retrying
         self.events: list[dict[str, Any]] = []
@@ -284,7 +286,25 @@ class Mount:
     def health(self, timeout_s: float | None = None) -> Health:
         """Bounded: answers within ``timeout_s`` (default: spec.probe_timeout_s) even if the mount hangs."""
         bound = self.spec.probe_timeout_s if timeout_s is None else timeout_s
-        return mount_health(self.path, self._backend, self._child, bound)
+        health = mount_health(self.path, self._backend, self._child, bound)
+        if health.ok and self._workdir is not None:
+            refused = self._auth_watch.refused(scratch.log_files(self._workdir))
+            if refused and self._credentials_refused():
+                self._auth_refused = refused
+                return Health("unauthorized", health.latency_s, f"S3 refused the mount's credentials: {refused}",
+                              health.pid)
+        return health
+
+    def _credentials_refused(self) -> bool:
+        """A 403 in the log is confirmed by one LIST with the mount's settings (not a single object's policy)."""
+        try:
+            check_bucket_access(self.settings, self.spec.bucket, self.spec.prefix,
+                                timeout_s=min(10.0, self.spec.probe_timeout_s * 2))
+        except CredentialsError:
+            return True
+        except Exception:  # the store is unreachable: that is not the credentials' fault
+            return False
+        return False
 
     def recover(self) -> None:
         """Clear a dead or wedged mount and mount the same spec at the same path again."""
@@ -299,6 +319,11 @@ class Mount:
                     raise StaleMount(f"could not clear {self.path}: {result.message}", mount_dir=self.path)
             self._refuse_if_directory_gone()
             self.restarts += 1
+            if self._auth_refused:
+                self._refresh_credentials()
+                if self._cache is not None and self.spec.cache_dir:
+                    # What the refused program cached may hold the holes of its failed reads (s3fs keeps them).
+                    self._cache = prepare_mount_cache(self.spec.cache_dir, self.path)
             self._spawn_and_wait()
             self.report("remounted", f"after {time.monotonic() - started:.2f}s, pid {self.pid}")
 
@@ -310,6 +335,19 @@ class Mount:
         self.gone_reason = (f"the mount directory {self.path} is no longer reachable ({probe.error}); its parent "
                             "was probably unmounted or removed: not remounting. Mount it again where it can live")
         raise MountDirGone(self.gone_reason, mount_dir=self.path)
+
+    def _refresh_credentials(self) -> None:
+        """Resolve the credentials again (a rotated credentials file, a renewed role) before remounting."""
+        old = self.settings
+        new = refresh_credentials(old)  # raises CredentialsError: the watchdog retries with backoff
+        self._settings = new
+        changed = new.access_key_id != old.access_key_id or new.secret_access_key != old.secret_access_key \
+            or new.session_token != old.session_token
+        source = f"profile {old.profile or 'default'}" if old.credentials_from_chain else "fixed keys"
+        log.warning("%s: S3 refused the mount's credentials (%s); resolved them again from %s (%s) and "
+                    "remounting", self.path, self._auth_refused, source,
+                    "new keys" if changed else "unchanged: fix them, or the mount keeps failing")
+        self._auth_refused = ""
 
     def report(self, kind: str, detail: str) -> None:
         """Record an event and hand it to the listener (the shared supervisor publishes it)."""

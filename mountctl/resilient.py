@@ -5,7 +5,10 @@ with ENOTCONN, ECONNABORTED, EIO or ESTALE, and for a moment the path may not
 exist (ENOENT) because the FUSE mount it was opened through is not there.  This reader retries exactly
 those, reopens the same path once the mount answers again and seeks back to
 the byte it had reached, so the caller sees one uninterrupted stream: no byte
-lost, none repeated.  Nothing else is retried (not EAGAIN, not ETIMEDOUT).  A
+lost, none repeated.  A mount whose program S3 no longer authorizes fails reads
+too, with EIO (rclone) or, worse, an early end of file (s3fs answers 0 bytes of
+a file it says is 3 MB): an end of file before the size the file has is retried
+like EIO while the watchdog resolves credentials again and remounts.  Nothing else is retried (not EAGAIN, not ETIMEDOUT).  A
 file that is really gone fails at once instead: ENOENT while its mount is in
 place, or, when the caller says how to ask S3 (``still_exists``), an object
 that S3 no longer has.
@@ -137,16 +140,25 @@ class ResilientReader(io.RawIOBase):
     """A raw, seekable, read-only file that survives its mount being replaced."""
 
     def __init__(self, path: str, *, retry_for_s: float | None = None,
-                 still_exists: Callable[[], bool] | None = None) -> None:
+                 still_exists: Callable[[], bool] | None = None, expected_size: int | None = None,
+                 size_in_s3: Callable[[], int | None] | None = None) -> None:
         super().__init__()
         self.name = path
         self._retry_for_s = outage_bound_s() if retry_for_s is None else retry_for_s
+        self._size_in_s3 = size_in_s3
+        if still_exists is None and size_in_s3 is not None:
+            still_exists = lambda: size_in_s3() is not None  # noqa: E731
         self._still_exists = still_exists
+        self._expected_size = expected_size
         self._offset = 0
         # The FUSE mount this file is opened through, read before the open so a remount that starts
         # right after a failed open cannot hide it; ENOENT is retried only while it is gone.
         entry = covering_mount(path)
         self._fuse_root = entry.mount_point if entry is not None and entry.is_fuse else None
+        self._mount_id = entry.mount_id if entry is not None and entry.is_fuse else None
+        # Set when the mount answered a read with a false end of file: reopening through that same mount
+        # could be served what its program cached of the failed read (s3fs: zeros), so wait for a new one.
+        self._distrusted_mount: int | None = None
         self._file: io.FileIO | None = None
         self.reopens = 0
         try:
@@ -182,7 +194,13 @@ class ResilientReader(io.RawIOBase):
     def readinto(self, buffer: Any) -> int:
         def read(f: io.FileIO) -> int:
             f.seek(self._offset)
-            return f.readinto(buffer) or 0
+            count = f.readinto(buffer) or 0
+            if count == 0 and len(memoryview(buffer)) > 0 and self._ended_early(f):
+                self._distrusted_mount = self._mount_id
+                raise OSError(errno.EIO, f"the mount ended the file at byte {self._offset} of "
+                                         f"{self._expected_size or 'more'} (its program may have lost access to "
+                                         "S3: see its log)", self.name)
+            return count
 
         count = self._with_retry(read)
         self._offset += count
@@ -198,6 +216,26 @@ class ResilientReader(io.RawIOBase):
             return bool(self._still_exists())
         except Exception:  # the store is unreachable (or not sure): an outage, not a deletion
             return True
+
+    def _ended_early(self, f: io.FileIO) -> bool:
+        """An end of file before the size the file has (its own, or the size S3 listed): not a real end.
+
+        s3fs answers a read it cannot authorize as an empty file, even of size 0; S3 then says
+        whether the object really is this short now (overwritten), when the caller says how to ask it.
+        A file that is empty from its first byte is checked with S3 too: one request, only then.
+        """
+        size = max(os.fstat(f.fileno()).st_size, self._expected_size or 0)
+        if self._offset >= size and not (self._offset == 0 and self._size_in_s3 is not None):
+            return False
+        if self._size_in_s3 is not None:
+            try:
+                now = self._size_in_s3()
+            except Exception:  # S3 refuses us too, or is unreachable: the read failed
+                return True
+            if now is None:
+                raise _gone(self.name)
+            return self._offset < now
+        return True
 
     def _retryable(self, exc: OSError) -> bool:
         if exc.errno == errno.ENOENT:
@@ -228,6 +266,7 @@ class ResilientReader(io.RawIOBase):
         while True:
             try:
                 if self._file is None:
+                    self._wait_for_new_mount()
                     self._file = io.FileIO(self.name, "r")
                     self.reopens += 1
                     log.info("reopened %s at offset %d after the mount recovered", self.name, self._offset)
@@ -244,6 +283,15 @@ class ResilientReader(io.RawIOBase):
                 time.sleep(delay)
                 delay = min(delay * 2, 1.0)
 
+    def _wait_for_new_mount(self) -> None:
+        """Refuse (retryably) to reopen through the mount that answered a false end of file."""
+        if self._distrusted_mount is None or self._fuse_root is None:
+            return
+        entry = find_mount(self._fuse_root)
+        if entry is None or entry.mount_id == self._distrusted_mount:
+            raise OSError(errno.EIO, "waiting for the mount to be replaced after it ended a file early", self.name)
+        self._distrusted_mount, self._mount_id = None, entry.mount_id
+
     def _drop(self) -> None:
         if self._file is not None:
             try:
@@ -258,8 +306,9 @@ class ResilientReader(io.RawIOBase):
 
 
 def open_resilient(path: str | os.PathLike[str], mode: str = "rb", *, buffering: int = 1 << 20,
-                   retry_for_s: float | None = None,
-                   still_exists: Callable[[], bool] | None = None) -> io.BufferedReader:
+                   retry_for_s: float | None = None, still_exists: Callable[[], bool] | None = None,
+                   expected_size: int | None = None,
+                   size_in_s3: Callable[[], int | None] | None = None) -> io.BufferedReader:
     """Open ``path`` for reading like ``open(path, "rb")``, retrying through a remount or an S3 outage.
 
     ``retry_for_s`` bounds the wait (default ``outage_bound_s()``).  ``still_exists``
@@ -267,8 +316,12 @@ def open_resilient(path: str | os.PathLike[str], mode: str = "rb", *, buffering:
     store answers "no such object" and raises when the store does not answer.  With it a
     file deleted mid-read fails at once, and ENOENT from a mount whose store is down
     (s3fs) is waited out; without it ENOENT from a mounted file system fails at once.
+    ``expected_size`` (the size S3 listed) makes an earlier end of file a failed read, retried;
+    ``size_in_s3`` (the object's size now, None when the store answers that it is gone, raising
+    when it does not answer) tells a really shorter object from that, and serves as ``still_exists`` too.
     """
     if mode not in ("r", "rb"):
         raise ValueError(f"open_resilient reads binary files only (mode 'rb'), not {mode!r}")
-    raw = ResilientReader(os.fspath(path), retry_for_s=retry_for_s, still_exists=still_exists)
+    raw = ResilientReader(os.fspath(path), retry_for_s=retry_for_s, still_exists=still_exists,
+                          expected_size=expected_size, size_in_s3=size_in_s3)
     return io.BufferedReader(raw, buffer_size=buffering)

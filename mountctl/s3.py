@@ -11,6 +11,7 @@ s3torchconnector and each mount program.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import hmac
 import os
@@ -30,6 +31,8 @@ __all__ = [
     "parse_s3_uri",
     "S3Settings",
     "resolve",
+    "refresh_credentials",
+    "is_auth_error",
     "client",
     "short_client",
     "is_not_found",
@@ -37,7 +40,7 @@ __all__ = [
     "ensure_bucket",
     "list_object_sizes",
     "object_size",
-    "object_exists",
+    "object_exists", "object_size_now",
 ]
 
 DEFAULT_REGION = "us-east-1"
@@ -45,6 +48,16 @@ DEFAULT_REGION = "us-east-1"
 # S3's own bucket naming rules, relaxed for the dots some S3-compatible stores allow.
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9.\-_]{1,61}[a-z0-9]$")
 _ENDPOINT = re.compile(r"^https?://[^/\s]+")
+# Set by ``child_env`` when the keys came from the credential chain (a profile's file, a role, a process): the
+# profile to read again after a rotation ("" for the default chain), because the child gets the keys themselves.
+CHAIN_PROFILE_VARIABLE = "MOUNTCTL_CREDENTIALS_PROFILE"
+# What S3 (and the programs' logs) call a refusal of the credentials themselves.
+# botocore's names of the providers that renew their keys themselves: a program that reads the same chain
+# should be given the chain (the profile, the role's variables), not a copy of keys that will expire.
+ROLE_METHODS = frozenset({"assume-role", "assume-role-with-web-identity", "container-role", "iam-role",
+                          "custom-process", "sso", "login"})
+AUTH_ERROR_CODES = frozenset({"AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken",
+                              "InvalidToken", "TokenRefreshRequired", "403", "Forbidden"})
 
 
 # -- URIs ---------------------------------------------------------------------------------
@@ -104,6 +117,12 @@ class S3Settings:
     secret_access_key: str | None = field(default=None, repr=False)
     session_token: str | None = field(default=None, repr=False)
     profile: str | None = None
+    # The keys came from the credential chain (a credentials file, a role, a process), not from arguments or
+    # AWS_ACCESS_KEY_ID: they may change while a job runs, and ``refresh_credentials`` reads them again.
+    credentials_from_chain: bool = False
+    # ... and from a provider that renews them (a role, web identity, SSO, ``credential_process``): mount-s3
+    # and rclone then get the chain itself and renew the keys on their own.
+    role_based: bool = False
 
     @property
     def path_style(self) -> bool:
@@ -131,6 +150,8 @@ class S3Settings:
         env = dict(os.environ if base is None else base)
         for name in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE"):
             env.pop(name, None)  # credentials below are already resolved from it
+        if self.role_based:
+            return self._chain_env(env)
         env["AWS_REGION"] = self.region
         env["AWS_DEFAULT_REGION"] = self.region
         for name in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"):
@@ -145,6 +166,24 @@ class S3Settings:
                 env["AWS_SESSION_TOKEN"] = self.session_token
             else:
                 env.pop("AWS_SESSION_TOKEN", None)
+        if self.credentials_from_chain:
+            env[CHAIN_PROFILE_VARIABLE] = self.profile or ""
+        else:
+            env.pop(CHAIN_PROFILE_VARIABLE, None)
+        return env
+
+    def _chain_env(self, env: dict[str, str]) -> dict[str, str]:
+        """For a role-based chain: the child resolves (and renews) the keys itself from the same profile."""
+        env["AWS_REGION"] = env["AWS_DEFAULT_REGION"] = self.region
+        for name in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"):
+            if self.endpoint_url:
+                env[name] = self.endpoint_url
+            else:
+                env.pop(name, None)
+        for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", CHAIN_PROFILE_VARIABLE):
+            env.pop(name, None)
+        if self.profile:
+            env["AWS_PROFILE"] = self.profile
         return env
 
     def export_credentials_to_environ(self) -> None:
@@ -215,35 +254,80 @@ def resolve(
     secret = secret_access_key or _env(env, "AWS_SECRET_ACCESS_KEY")
     token = session_token or (_env(env, "AWS_SESSION_TOKEN") if not access_key_id else None)
     region = region or _env(env, "AWS_REGION", "AWS_DEFAULT_REGION")
+    # A child of a process that read the chain gets the keys, and the profile to read again here.
+    chain_profile = env.get(CHAIN_PROFILE_VARIABLE)
+    from_chain = chain_profile is not None and not access_key_id
+    if from_chain:
+        profile = profile or chain_profile or None
+    role_based = False
     if not (key and secret) or not region:
-        botocore_key, botocore_secret, botocore_token, botocore_region = _from_botocore(profile)
+        botocore_key, botocore_secret, botocore_token, botocore_region, method = _from_botocore(profile)
         if not (key and secret):
             key, secret, token = botocore_key, botocore_secret, botocore_token
+            from_chain = bool(key and secret)
+            role_based = from_chain and method in ROLE_METHODS
         region = region or botocore_region
     for value in (secret, token):
         remember_secret(value)
     return S3Settings(endpoint_url=endpoint, region=region or DEFAULT_REGION, access_key_id=key,
-                      secret_access_key=secret, session_token=token, profile=profile)
+                      secret_access_key=secret, session_token=token, profile=profile,
+                      credentials_from_chain=from_chain, role_based=role_based)
 
 
-def _from_botocore(profile: str | None) -> tuple[str | None, str | None, str | None, str | None]:
+def refresh_credentials(settings: S3Settings) -> S3Settings:
+    """``settings`` with its keys read again from the chain they came from, after S3 refused them.
+
+    Keys rotated in a credentials file (or renewed by a role or a ``credential_process``)
+    are picked up; keys given as arguments or in ``AWS_ACCESS_KEY_ID`` have nowhere else
+    to come from and are returned unchanged.  The environment's keys are skipped: in a
+    child they are the old ones, copied from the parent.
+    """
+    if not settings.credentials_from_chain:
+        return settings
+    key, secret, token, _, _ = _from_botocore(settings.profile, skip_environment=True)
+    if not (key and secret):
+        raise CredentialsError(f"AWS profile {settings.profile or 'default'!r} no longer yields credentials; "
+                               "check AWS_SHARED_CREDENTIALS_FILE / ~/.aws/credentials")
+    for value in (secret, token):
+        remember_secret(value)
+    return dataclasses.replace(settings, access_key_id=key, secret_access_key=secret, session_token=token)
+
+
+def is_auth_error(exc: BaseException) -> bool:
+    """True when S3 refused the request's credentials (revoked, expired, wrong), however the library says so."""
+    response = getattr(exc, "response", None)
+    if isinstance(response, dict):
+        code = str(response.get("Error", {}).get("Code", ""))
+        status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        return code in AUTH_ERROR_CODES or status == 403
+    if isinstance(exc, PermissionError):  # s3fs turns S3's 403 into PermissionError
+        return True
+    text = str(exc)
+    return any(code in text for code in AUTH_ERROR_CODES if code not in ("403", "Forbidden")) \
+        or bool(re.search(r"\b403\b|Forbidden", text))
+
+
+def _from_botocore(profile: str | None, *, skip_environment: bool = False
+                   ) -> tuple[str | None, str | None, str | None, str | None, str | None]:
     """Shared config files, SSO and instance roles, exactly as the AWS CLI finds them."""
     try:
         import botocore.session
     except ImportError:
-        return None, None, None, None
+        return None, None, None, None, None
     try:
         session = botocore.session.Session(profile=profile)
         region = session.get_config_variable("region")
+        if skip_environment:
+            session.get_component("credential_provider").remove("env")
         credentials = session.get_credentials()
     except Exception as exc:  # botocore raises many types for a broken profile
         raise CredentialsError(
             f"could not load AWS profile {profile!r}: {redact(str(exc))}; check ~/.aws/config or unset AWS_PROFILE"
         ) from None
     if credentials is None:
-        return None, None, None, region
+        return None, None, None, region, None
     frozen = credentials.get_frozen_credentials()
-    return frozen.access_key, frozen.secret_key, frozen.token, region
+    return frozen.access_key, frozen.secret_key, frozen.token, region, getattr(credentials, "method", None)
 
 
 # -- clients --------------------------------------------------------------------------------
@@ -409,19 +493,18 @@ def object_size(s3: Any, bucket: str, key: str) -> int | None:
         raise
 
 
-def object_exists(s3: Any, bucket: str, key: str) -> bool:
-    """Whether the store has the object, by its own answer; raises when it does not answer clearly.
+def object_size_now(s3: Any, bucket: str, key: str) -> int | None:
+    """The object's size, or None only when the store answers that it has no such object; raises otherwise.
 
     An outage is not a deletion: a connection error propagates, and "no such object" counts
     only when the bucket answers too (a store coming back can briefly say it has no bucket).
     """
-    from botocore.exceptions import ClientError
+    size = object_size(s3, bucket, key)
+    if size is None:
+        s3.head_bucket(Bucket=bucket)  # raises unless the store answers for the bucket
+    return size
 
-    try:
-        s3.head_object(Bucket=bucket, Key=key)
-        return True
-    except ClientError as exc:
-        if not is_not_found(exc):
-            raise
-    s3.head_bucket(Bucket=bucket)  # raises unless the store answers for the bucket
-    return False
+
+def object_exists(s3: Any, bucket: str, key: str) -> bool:
+    """Whether the store has the object, by its own answer; raises when it does not answer clearly."""
+    return object_size_now(s3, bucket, key) is not None

@@ -11,12 +11,17 @@ from typing import Any
 from .errors import InvalidSpec
 from .s3 import check_endpoint, parse_s3_uri
 
-__all__ = ["MountSpec", "canonical_dir", "BACKEND_NAMES"]
+__all__ = ["MountSpec", "canonical_dir", "BACKEND_NAMES", "MIN_MEMORY_MB"]
 
 BACKEND_NAMES = ("auto", "mount-s3", "rclone", "s3fs")
 
 # Options that change how long mountctl waits, not what the mount serves.
 _BOUNDS = ("mount_timeout_s", "unmount_timeout_s", "probe_timeout_s", "busy_grace_s")
+# Options that change how the program uses the node's resources, not which bytes it serves: requests
+# that differ only here share one mount, which keeps the bound of the request that started it.
+_RESOURCES = ("memory_mb",)
+# The least memory bound worth asking for: below it no mount program can run at all.
+MIN_MEMORY_MB = 64
 
 
 def canonical_dir(path: str) -> str:
@@ -50,6 +55,7 @@ class MountSpec:
     gid: int | None = None
     allow_other: bool = False
     extra_args: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    memory_mb: int | None = None  # bound on the mount program's memory, turned into its own flags
     mount_timeout_s: float = 30.0
     unmount_timeout_s: float = 10.0
     probe_timeout_s: float = 2.0
@@ -71,6 +77,10 @@ class MountSpec:
             raise InvalidSpec("busy_grace_s and metadata_ttl_s cannot be negative")
         if self.cache_size_mb is not None and self.cache_size_mb <= 0:
             raise InvalidSpec(f"cache_size_mb must be positive, not {self.cache_size_mb!r}")
+        if self.memory_mb is not None and (isinstance(self.memory_mb, bool) or not isinstance(self.memory_mb, int)
+                                           or self.memory_mb < MIN_MEMORY_MB):
+            raise InvalidSpec(f"memory_mb must be a whole number of MiB, at least {MIN_MEMORY_MB}, "
+                              f"not {self.memory_mb!r}")
         if self.cache_dir is not None:
             object.__setattr__(self, "cache_dir", os.path.abspath(os.path.expanduser(self.cache_dir)))
         for name in ("uid", "gid"):
@@ -110,11 +120,11 @@ class MountSpec:
         return cls(**{k: v for k, v in data.items() if k in known})
 
     def served(self) -> dict[str, Any]:
-        """The options that decide what the mount serves and how (no time bounds, no directory).
+        """The options that decide what the mount serves and how (no time or memory bounds, no directory).
 
         The endpoint and region are left out: the resolved ``S3Settings`` stand for them.
         """
         data = self.to_dict()
-        for name in (*_BOUNDS, "mount_dir", "endpoint_url", "region"):
+        for name in (*_BOUNDS, *_RESOURCES, "mount_dir", "endpoint_url", "region"):
             data.pop(name)
         return data

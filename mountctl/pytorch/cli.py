@@ -54,7 +54,7 @@ def _train(args: argparse.Namespace) -> int:
         shuffle_buffer=args.shuffle_buffer, warmup_batches=args.warmup_batches, progress=not args.no_progress,
         log_dir=args.log_dir, decode=args.decode, checkpoint_every_n_steps=args.checkpoint_every_n_steps,
         sample_log=args.sample_log, num_nodes=args.num_nodes, arch=args.arch, random_access=args.random_access,
-        **mountpoint_options(args)))
+        data_wait_threshold=args.data_wait_threshold, metrics_port=args.metrics_port, **mountpoint_options(args)))
     return 0
 
 
@@ -78,7 +78,8 @@ def _demo(args: argparse.Namespace) -> int:
 
     config = DemoConfig(uri=args.uri or DemoConfig.uri, num_images=args.num_images, image_size=args.image_size,
                         batch_size=args.batch_size, max_epochs=args.max_epochs, num_workers=args.num_workers,
-                        kinds=tuple(args.kinds))
+                        kinds=tuple(args.kinds), store=args.store, far_latency_ms=args.far_latency_ms,
+                        far_rate_mb_s=args.far_rate_mb_s)
     with uri_or_embedded(args.uri, DemoConfig.uri):
         rows = run_demo(config)
     return 0 if all(row["status"] == 0 and row["summary"] for row in rows) else 1
@@ -153,6 +154,11 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--decode", choices=DECODE_CHOICES, default="auto",
                        help="where JPEGs are decoded: cpu (DataLoader workers), gpu (workers yield bytes, the "
                        "training GPU decodes with nvJPEG), auto (gpu when training on CUDA, else cpu)")
+    train.add_argument("--data-wait-threshold", type=float, default=0.2, metavar="F",
+                       help="say so (one line) when an epoch spends more than this share of its step time waiting "
+                       "for data (default 0.2); the share is data_wait_fraction in the summary and metrics.csv")
+    train.add_argument("--metrics-port", type=int, default=None, metavar="N",
+                       help="rank 0 serves data_wait_fraction for Prometheus on 127.0.0.1:N/metrics while it trains")
     train.add_argument("--random-access", action="store_true", help="indexed shards: read map-style, one ranged "
                        "read per sample, for a global shuffle (the files layout is always read map-style)")
     add_mountpoint_arguments(train)
@@ -175,6 +181,12 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--max-epochs", type=int, default=2, help="default 2: epoch 1 and epoch 2 shown apart")
     demo.add_argument("--num-workers", type=int, default=2)
     demo.add_argument("--kinds", nargs="+", choices=list(SOURCE_KINDS), default=list(SOURCE_KINDS))
+    demo.add_argument("--store", choices=("local", "far"), default="far",
+                      help="far (default): train and bench read through a proxy with S3's latency and rate, so the "
+                      "table shows what a user on S3 sees; local: the endpoint itself. A store not on this machine "
+                      "is read as it is")
+    demo.add_argument("--far-latency-ms", type=float, default=None, help="far store: delay per request")
+    demo.add_argument("--far-rate-mb-s", type=float, default=None, help="far store: MB/s per connection")
     demo.set_defaults(func=_demo)
     return parser
 

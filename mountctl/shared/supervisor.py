@@ -41,7 +41,7 @@ def _published(mount: Mount, event: dict[str, Any]) -> Any:
                                    "log_path": mount.log_path, "cache": mount.cache,
                                    "cache_note": mount.cache_note}
         kind = event["event"]
-        if kind in ("dead", "unresponsive", "restart-failed"):
+        if kind in ("dead", "unresponsive", "unauthorized", "restart-failed"):
             changes.update(state="recovering", last_error=event["detail"])
         elif kind == "gave-up":
             changes.update(state="failed", last_error=event["detail"],

@@ -123,3 +123,33 @@ def test_shard_dataset_resumes_under_stateful_dataloader_on_the_same_layout(loca
     rest = list(second)
     assert sorted(indices(trained) + indices(rest)) == list(range(IMAGES))
     assert indices(trained) + indices(rest) == indices(loader())  # the same order, as if never stopped
+
+
+@pytest.mark.filterwarnings("ignore:'set_vital' is deprecated")
+@pytest.mark.parametrize("workers", [0, 2])
+def test_the_map_style_dataset_resumes_under_stateful_dataloader_on_the_same_layout(tmp_path, workers):
+    """MapSampleDataset with its ExactlyOnceBatchSampler: StatefulDataLoader replays the sampler (indices only)."""
+    from mountctl.pytorch.data.mapsampler import ExactlyOnceBatchSampler
+    from mountctl.pytorch.data.mapstyle import MapSampleDataset, SampleRef, collate
+    from mountctl.pytorch.data.sources.mountpoint import FileReader
+    from mountctl.pytorch.data.synthetic import sample_jpeg
+
+    names, refs = [], []
+    for i in range(20):
+        image, label = sample_jpeg(3, i, 16, 5)
+        (tmp_path / f"{i}.jpg").write_bytes(image)
+        names.append(f"{i}.jpg")
+        refs.append(SampleRef(i, i, label, jpg_size=len(image)))
+
+    def loader() -> StatefulDataLoader:
+        dataset = MapSampleDataset(FileReader(str(tmp_path), tuple(names)), names, refs, image_size=16)
+        sampler = ExactlyOnceBatchSampler(len(dataset), batch_size=3, seed=5, epoch_fn=lambda: 1)
+        return StatefulDataLoader(dataset, batch_sampler=sampler, collate_fn=collate, num_workers=workers)
+
+    first = loader()
+    trained = take(iter(first), 3)
+    second = loader()
+    second.load_state_dict(first.state_dict())
+    rest = list(second)
+    assert indices(trained) + indices(rest) == indices(loader())
+    assert sorted(indices(trained) + indices(rest)) == list(range(20))

@@ -105,6 +105,7 @@ def train_cell(uri: str, settings: S3Settings, *, kind: str, backend: str, batch
     # CPU is for the whole run: the monitor cannot tell Lightning's epochs apart.
     return [{"epoch": number, "samples_per_s": epoch["images_per_s"] or 0.0, "images": epoch["images"],
              "batches": epoch["batches"], "warmup_batches": epoch["warmup_batches"],
+             "data_wait_fraction": summary["data_wait"][number - 1]["data_wait_fraction"],
              "precision": summary["precision"], "decode": summary["decode"], "device": summary["accelerator"],
              **monitor.usage.to_dict()} for number, epoch in enumerate(summary["epochs"], start=1)]
 

@@ -24,6 +24,10 @@ from mountctl.pytorch.errors import DatasetError, TruncatedShard, remake_hint
 __all__ = ["RawSample", "read_shard", "decode", "reordered", "batched", "IMAGE_EXTENSIONS"]
 
 IMAGE_EXTENSIONS = ("jpg", "jpeg", "png", "webp")
+# A mount program that S3 stops authorizing (a revoked or expired key) serves files as empty; say so first.
+_NO_BYTES = ("a mount whose program lost access to S3 (a revoked, rotated or expired key: look for 403 or "
+             "AccessDenied in the mount's log) reads like this; if the credentials are good, the shard was "
+             "emptied: re-run `resnet.py make` with the original arguments to rewrite it")
 
 
 @dataclass(frozen=True)
@@ -86,8 +90,13 @@ def read_shard(name: str, stream: BinaryIO, *, first_index: int, start: int, sto
                 yield _to_raw(name, sample, first_index + position)
             position += 1
     except (tarfile.TarError, EOFError) as exc:
+        if position == 0 and "empty file" in str(exc):
+            raise TruncatedShard(f"shard {name} gave no bytes at all: {_NO_BYTES}", shard=name) from None
         raise TruncatedShard(f"shard {name} is truncated or corrupt after {position} of {expected} samples "
                              f"({_reason(exc)}); {remake_hint()}", shard=name) from None
+    if position == 0 < stop:
+        raise TruncatedShard(f"shard {name} held no sample where the manifest says {expected}: {_NO_BYTES}",
+                             shard=name)
     if position < stop:
         raise TruncatedShard(f"shard {name} ended after {position} samples but the manifest says {expected}; "
                              f"it was truncated or overwritten: {remake_hint()}", shard=name)

@@ -34,7 +34,7 @@ from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from mountctl import BACKEND_NAMES, MountctlError, MountHandle, S3Settings, mount, parse_s3_uri
 from mountctl.pytorch.errors import CheckpointError
 from mountctl.pytorch.training.versioned import newest_whole, save_versioned, whole_versions
-from mountctl.s3 import ensure_bucket, list_object_sizes, object_size, short_client
+from mountctl.s3 import ensure_bucket, is_not_found, list_object_sizes, object_size, short_client
 
 __all__ = ["ROUTE_PREFIXES", "Route", "route_for", "s3io_plugin", "FsspecCheckpointIO", "MountCheckpointIO", "PathCheckpointIO",
            "serialize", "deserialize", "unreadable"]
@@ -98,8 +98,15 @@ class Route:
     def has(self, settings: S3Settings, name: str) -> bool:
         location = parse_s3_uri(self.s3_uri)
         if self.name == "mount":  # a mount-s3 route keeps versions of the name (versioned.py)
-            return bool(whole_versions(list_object_sizes(short_client(settings), location.bucket, location.prefix),
-                                       name))
+            from botocore.exceptions import ClientError
+
+            try:
+                sizes = list_object_sizes(short_client(settings), location.bucket, location.prefix)
+            except ClientError as exc:
+                if is_not_found(exc):  # no bucket: no checkpoint
+                    return False
+                raise
+            return bool(whole_versions(sizes, name))
         return object_size(short_client(settings), location.bucket, location.prefix + name) is not None
 
     def plugin(self, settings: S3Settings) -> CheckpointIO:

@@ -144,6 +144,8 @@ class TrainConfig:
     cache_dir: str | None = None  # None: $MOUNTCTL_HOME/cache
     cache_size_mb: int | None = None  # None: the dataset's size, at most half the free disk
     read_ahead: bool = False  # mountpoint kind, with the cache: warm each reader's next shards (measured slower here)
+    data_wait_threshold: float = 0.2  # above this share of step time waiting for data, one line says what to try
+    metrics_port: int | None = None  # rank 0 serves data_wait_fraction on 127.0.0.1:PORT/metrics (Prometheus)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "uri", str(parse_s3_uri(self.uri)))
@@ -172,6 +174,10 @@ class TrainConfig:
         resolve_decode(self.decode, self.accelerator)  # --decode gpu without CUDA fails here
         if self.shuffle_buffer < 0 or self.warmup_batches < 0:
             raise InvalidSpec("--shuffle-buffer and --warmup-batches cannot be negative")
+        if not 0 < self.data_wait_threshold <= 1:
+            raise InvalidSpec(f"--data-wait-threshold must be in (0, 1], not {self.data_wait_threshold}")
+        if self.metrics_port is not None and not 0 < self.metrics_port < 65536:
+            raise InvalidSpec(f"--metrics-port must be a TCP port (1-65535), not {self.metrics_port}")
         if self.cache_size_mb is not None and self.cache_size_mb < 1:
             raise InvalidSpec(f"--cache-size-mb must be positive, not {self.cache_size_mb}")
         # Both fail here, before S3 is asked anything: a wrong spelling, a log file that cannot be written.
@@ -262,6 +268,7 @@ def _loggers(log_dir: str | None) -> list[Any]:
 def train(config: TrainConfig, *, settings: S3Settings | None = None, out: TextIO | None = None) -> dict[str, Any]:
     """Train as configured; return the summary (and print it as one JSON line on rank 0)."""
     from mountctl.pytorch.training.checkpoint import CheckpointTarget
+    from mountctl.pytorch.training.data_wait import DataWaitMonitor
 
     settings = settings or resolve()
     manifest = load_manifest(settings, config.uri)
@@ -288,9 +295,12 @@ def train(config: TrainConfig, *, settings: S3Settings | None = None, out: TextI
     # worker_tempdir: the DataLoader workers' pymp-* directories are one, and removed even when a run is cut short.
     with worker_tempdir(), open_source(config.source_kind, config.uri, settings, backend=config.backend, mount_dir=config.mount_dir,
                      cache=config.cache, cache_dir=config.cache_dir, cache_size_mb=config.cache_size_mb,
-                     read_ahead=config.read_ahead, dataset_bytes=manifest.total_bytes) as source:
+                     read_ahead=config.read_ahead, dataset_bytes=manifest.total_bytes,
+                     readers=max(1, num_workers)) as source:
         monitor = ThroughputMonitor(manifest.num_images, warmup_batches=config.warmup_batches)
-        callbacks: list[Any] = [monitor]
+        data_wait = DataWaitMonitor(config.source_kind, threshold=config.data_wait_threshold,
+                                    warmup_batches=config.warmup_batches, metrics_port=config.metrics_port)
+        callbacks: list[Any] = [monitor, data_wait]
         sample_log = SampleLog(config.sample_log) if config.sample_log else None
         if sample_log is not None:
             callbacks.append(sample_log)
@@ -320,6 +330,7 @@ def train(config: TrainConfig, *, settings: S3Settings | None = None, out: TextI
                            resumed_from_step=saver.started_at_step if resume_from and saver is not None else None,
                            checkpoint=target.last if target is not None and saver is not None and saver.saves else None,
                            metrics_csv=os.path.join(loggers[0].log_dir, "metrics.csv") if loggers else None)
+        summary.update(data_wait.summary())
     if trainer.is_global_zero:
         print(json.dumps(summary), file=out or sys.stdout, flush=True)
     return summary

@@ -11,6 +11,7 @@ from typing import Any, BinaryIO
 
 from mountctl import S3Settings, parse_s3_uri
 from mountctl.pytorch.data.sources.reader_state import PerProcessState
+from mountctl.pytorch.data.sources.refreshing import Credentials, RefreshingStream, buffered
 
 __all__ = ["FsspecSource", "fsspec_source", "FsspecReader", "close_filesystem"]
 
@@ -46,26 +47,34 @@ class FsspecReader(PerProcessState):
     settings: S3Settings
 
     def __post_init__(self) -> None:
-        self._filesystem: Any = None
+        self._credentials = Credentials(self.settings, "fsspec")
         self._pid = 0
 
     def read(self, j: int, offset: int | None = None, length: int | None = None) -> bytes:
-        if self._filesystem is None or self._pid != os.getpid():
-            import s3fs
-
-            # skip_instance_cache: an instance cached before fork would carry the parent's event loop.
-            self._filesystem = s3fs.S3FileSystem(skip_instance_cache=True, **self.settings.s3fs_options())
-            self._pid = os.getpid()
+        if self._pid != os.getpid():
+            self._credentials, self._pid = Credentials(self.settings, "fsspec"), os.getpid()
             # A DataLoader worker ends through multiprocessing, which runs these finalizers (not atexit).
-            multiprocessing.util.Finalize(self, close_filesystem, args=(self._filesystem,), exitpriority=10)
-        if offset is None or length is None:
-            return bytes(self._filesystem.cat_file(self.paths[j]))
-        return bytes(self._filesystem.cat_file(self.paths[j], start=offset, end=offset + length))
+            multiprocessing.util.Finalize(self, self._credentials.close, exitpriority=10)
+
+        def once() -> bytes:
+            filesystem = self._credentials.client("fs", _filesystem, close_filesystem)
+            if offset is None or length is None:
+                return bytes(filesystem.cat_file(self.paths[j]))
+            return bytes(filesystem.cat_file(self.paths[j], start=offset, end=offset + length))
+
+        return self._credentials.call(self.paths[j], once)
 
     def close(self) -> None:
-        if self._filesystem is not None and self._pid == os.getpid():
-            close_filesystem(self._filesystem)
-        self._filesystem = None
+        if self._pid == os.getpid():
+            self._credentials.close()
+
+
+def _filesystem(settings: S3Settings) -> Any:
+    import s3fs
+
+    # skip_instance_cache: an instance cached before fork would carry the parent's event loop, and one
+    # cached for other credentials would keep sending the old keys.
+    return s3fs.S3FileSystem(skip_instance_cache=True, **settings.s3fs_options())
 
 
 @dataclass(frozen=True)
@@ -76,17 +85,22 @@ class FsspecSource:
     kind: str = "fsspec"
 
     def open_shards(self, names: Sequence[str]) -> Iterator[tuple[str, BinaryIO]]:
-        import s3fs
-
-        # Made here, in the worker: an S3FileSystem created before fork breaks its event loop.
-        filesystem = s3fs.S3FileSystem(skip_instance_cache=True, **self.settings.s3fs_options())
+        # The file system is made here, in the worker (one made before fork breaks its event loop), and
+        # made again with credentials resolved again when S3 refuses them.
+        credentials = Credentials(self.settings, self.kind)
         try:
             for name in names:
-                with filesystem.open(self.path + name, "rb", block_size=self.block_size,
-                                     cache_type="readahead") as f:
-                    yield name, f
+                def open_at(offset: int, path: str = self.path + name) -> BinaryIO:
+                    f = credentials.client("fs", _filesystem, close_filesystem).open(
+                        path, "rb", block_size=self.block_size, cache_type="readahead")
+                    if offset:
+                        f.seek(offset)
+                    return f
+
+                with buffered(RefreshingStream("s3://" + self.path + name, credentials, open_at)) as stream:
+                    yield name, stream
         finally:
-            close_filesystem(filesystem)
+            credentials.close()
 
     def describe(self) -> dict[str, Any]:
         return {"kind": self.kind, "uri": "s3://" + self.path, "endpoint": self.settings.endpoint_url}

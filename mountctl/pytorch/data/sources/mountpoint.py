@@ -13,7 +13,19 @@ from typing import Any, BinaryIO
 from mountctl import S3Settings, parse_s3_uri, s3
 from mountctl.pytorch.data.sources.reader_state import PerProcessState
 
-__all__ = ["MountpointSource", "mountpoint_source", "FileReader", "add_mountpoint_arguments", "mountpoint_options"]
+__all__ = ["MountpointSource", "mountpoint_source", "FileReader", "add_mountpoint_arguments", "mountpoint_options",
+           "memory_bound_mb"]
+
+# What a mount program needs besides its read buffers, and what one reader streaming a shard needs in them
+# (rclone's default 32 MiB read-ahead plus chunks in flight; s3fs needs far less, it reads through files).
+_PROGRAM_MB = 128
+_PER_READER_MB = 64
+
+
+def memory_bound_mb(readers: int, shards_ahead: int = 0) -> int:
+    """The mount's memory bound for ``readers`` processes on this node each reading one shard at a time
+    (plus ``shards_ahead`` warmed ahead by each): what the plan reads at once, and no more."""
+    return _PROGRAM_MB + _PER_READER_MB * max(1, readers) * (1 + max(0, shards_ahead))
 
 
 @dataclass
@@ -80,15 +92,18 @@ class MountpointSource:
             warmer = Warmer(self.root, names, self.read_ahead_dir, shards_ahead=self.shards_ahead).start()
         try:
             for index, name in enumerate(names):
-                def still_exists(key: str = location.prefix + name) -> bool:
-                    # raises while the store is unreachable: an outage is waited out, not called a deletion
-                    return s3.object_exists(s3.short_client(self.settings), location.bucket, key)
+                def size_in_s3(key: str = location.prefix + name) -> int | None:
+                    # None only when the store answers that the object is gone; raises while it is
+                    # unreachable, so an outage is waited out, not called a deletion
+                    return s3.object_size_now(s3.short_client(self.settings), location.bucket, key)
 
                 if warmer is not None:
                     warmer.at(index)
                 # open_resilient reopens and seeks back if the watchdog remounts under us, and
                 # fails at once if S3 no longer has the object.
-                with open_resilient(os.path.join(self.root, name), still_exists=still_exists) as stream:
+                # An early or empty end of file is checked against S3 (s3fs serves a file it can no longer
+                # fetch as empty): a failed read, retried through the remount.
+                with open_resilient(os.path.join(self.root, name), size_in_s3=size_in_s3) as stream:
                     yield name, stream
         finally:
             if warmer is not None:
@@ -107,7 +122,8 @@ class MountpointSource:
 @contextlib.contextmanager
 def mountpoint_source(uri: str, settings: S3Settings, *, backend: str = "auto", mount_dir: str | None = None,
                       cache: bool = True, cache_dir: str | None = None, cache_size_mb: int | None = None,
-                      read_ahead: bool = False, shards_ahead: int = 2, dataset_bytes: int | None = None, **_: Any
+                      read_ahead: bool = False, shards_ahead: int = 2, dataset_bytes: int | None = None,
+                      readers: int | None = None, memory_mb: int | None = None, **_: Any
                       ) -> Iterator[MountpointSource]:
     """Mount ``uri`` read-only for the run; ranks on one node share the one mount.
 
@@ -118,7 +134,9 @@ def mountpoint_source(uri: str, settings: S3Settings, *, backend: str = "auto", 
     free disk, or ``cache_size_mb``) for the mount's lifetime, and with ``read_ahead`` (off by
     default) each reader warms its next ``shards_ahead`` shards into it.  Pass ``dataset_bytes``
     from the manifest: without it the size is one LIST of the objects directly under the prefix,
-    which misses the files layout's ``train/<class>/`` objects.
+    which misses the files layout's ``train/<class>/`` objects.  ``readers`` (DataLoader workers
+    per rank) bounds the program's memory to what the plan reads at once, for every rank on this
+    node (``LOCAL_WORLD_SIZE``); ``memory_mb`` sets the bound instead.
     """
     import mountctl
 
@@ -129,9 +147,14 @@ def mountpoint_source(uri: str, settings: S3Settings, *, backend: str = "auto", 
             dataset_bytes = sum(s3.list_object_sizes(s3.short_client(settings), location.bucket,
                                                      location.prefix).values())
         options = mountctl.cache_options(dataset_bytes, cache_dir, cache_size_mb)
+    if memory_mb is None and readers is not None:
+        local_ranks = int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)
+        memory_mb = memory_bound_mb(readers * local_ranks, shards_ahead if read_ahead and cache else 0)
+    if memory_mb is not None:
+        options["memory_mb"] = memory_mb
     with mountctl.mount(uri, mount_dir, backend=backend, settings=settings, **options) as mounted:
         record = None
-        if read_ahead and options:
+        if read_ahead and "cache_dir" in options:
             record = os.path.join(mountctl.mount_cache_dir(options["cache_dir"], mounted.path), "read-ahead")
             os.makedirs(record, mode=0o700, exist_ok=True)
         cache_in_use = mounted.cache or {}  # what the program runs with, which may differ from what was asked

@@ -10,6 +10,7 @@ from typing import Any, BinaryIO
 
 from mountctl import S3Settings, parse_s3_uri
 from mountctl.pytorch.data.sources.reader_state import PerProcessState
+from mountctl.pytorch.data.sources.refreshing import Credentials, RefreshingStream, buffered
 
 __all__ = ["S3IOSource", "s3io_source", "S3MapReader"]
 
@@ -27,30 +28,35 @@ class S3MapReader(PerProcessState):
     ranged: bool = False
 
     def __post_init__(self) -> None:
-        self._dataset: Any = None
+        self._credentials = Credentials(self.settings, "s3io")
         self._pid = 0
 
     def _objects(self) -> Any:
-        if self._dataset is None or self._pid != os.getpid():
-            from s3torchconnector import S3MapDataset, S3ReaderConstructor
-
-            constructor = S3ReaderConstructor.range_based(buffer_size=0) if self.ranged \
-                else S3ReaderConstructor.sequential()
-            dataset = S3MapDataset.from_objects(list(self.uris), reader_constructor=constructor,
-                                                **self.settings.s3torch_options())
-            len(dataset)  # resolves the object list once, before threads share it
-            self._dataset, self._pid = dataset, os.getpid()
-        return self._dataset
+        if self._pid != os.getpid():
+            self._credentials, self._pid = Credentials(self.settings, "s3io"), os.getpid()
+        return self._credentials.client("map", lambda settings: _map_dataset(self.uris, settings, self.ranged))
 
     def read(self, j: int, offset: int | None = None, length: int | None = None) -> bytes:
-        reader = self._objects()[j]
-        try:
-            if offset is None or length is None:
-                return bytes(reader.read())
-            reader.seek(offset)
-            return bytes(reader.read(length))
-        finally:
-            reader.close()
+        def once() -> bytes:
+            reader = self._objects()[j]
+            try:
+                if offset is None or length is None:
+                    return bytes(reader.read())
+                reader.seek(offset)
+                return bytes(reader.read(length))
+            finally:
+                reader.close()
+
+        return self._credentials.call(self.uris[j], once)
+
+
+def _map_dataset(uris: Sequence[str], settings: S3Settings, ranged: bool) -> Any:
+    from s3torchconnector import S3MapDataset, S3ReaderConstructor
+
+    constructor = S3ReaderConstructor.range_based(buffer_size=0) if ranged else S3ReaderConstructor.sequential()
+    dataset = S3MapDataset.from_objects(list(uris), reader_constructor=constructor, **settings.s3torch_options())
+    len(dataset)  # resolves the object list once, before threads share it
+    return dataset
 
 
 @dataclass(frozen=True)
@@ -60,18 +66,21 @@ class S3IOSource:
     kind: str = "s3io"
 
     def open_shards(self, names: Sequence[str]) -> Iterator[tuple[str, BinaryIO]]:
-        from s3torchconnector import S3IterableDataset
+        # Sharding is ours (plan.py): this reader asks for exactly its shards.  One client per call,
+        # made in the worker, with the run's settings (credentials included) rather than the
+        # connector's own chain; rebuilt with credentials resolved again when S3 refuses them.
+        uris = [self.uri + name for name in names]
+        credentials = Credentials(self.settings, self.kind)
 
-        # Sharding is ours (plan.py): this reader asks for exactly its shards, so the
-        # connector's own enable_sharding stays off.  One client per call, made in the worker,
-        # with the run's settings (credentials included) rather than the connector's own chain.
-        objects = S3IterableDataset.from_objects([self.uri + name for name in names], enable_sharding=False,
-                                                 **self.settings.s3torch_options())
-        for name, reader in zip(names, objects, strict=True):
-            try:
-                yield name, reader
-            finally:
-                reader.close()
+        for index, name in enumerate(names):
+            def open_at(offset: int, index: int = index) -> BinaryIO:
+                reader = credentials.client("objects", lambda settings: _map_dataset(uris, settings, False))[index]
+                if offset:
+                    reader.seek(offset)
+                return reader
+
+            with buffered(RefreshingStream(uris[index], credentials, open_at)) as stream:
+                yield name, stream
 
     def describe(self) -> dict[str, Any]:
         return {"kind": self.kind, "uri": self.uri, "endpoint": self.settings.endpoint_url}

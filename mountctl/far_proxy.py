@@ -1,0 +1,382 @@
+"""A far S3 store on 127.0.0.1: nginx in front of an S3 endpoint, adding per-request latency and a per-connection rate cap.
+
+Loopback SeaweedFS answers a request in ~2 ms and one connection carries ~600 MB/s; S3 in
+the same region takes tens of ms to the first byte and ~50-100 MB/s per connection.  A
+benchmark on loopback therefore rewards whatever keeps few requests in flight.  This proxy
+gives the same server S3's shape so the mount programs and loaders can be tuned for it.
+
+nginx runs as our child (``daemon off``) with everything of its own under ``workdir``:
+configuration, pid file, temp dirs, its log (``nginx.log``) and the proxy's state
+(``far-proxy.json``: pid, start time, endpoint, profile), so a later process (``mountctl
+local-s3 stop``) can find and stop it.  A ``workdir`` that did not exist is created and,
+at the stop, removed with everything in it; otherwise the stop removes what it made.
+"""
+
+from __future__ import annotations
+
+import grp
+import json
+import math
+import os
+import pwd
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from .errors import InvalidSpec, LocalS3Error
+from .logs import tail
+from .paths import write_private_json
+from .ports import free_port, port_free
+from .processes import process_alive, process_identity
+from .programs import find_program
+
+__all__ = ["FarProfile", "FarProxy", "render_config", "find_nginx"]
+
+# Debian's package names, for every "not installed" message.
+_INSTALL_HINT = ("install Debian's nginx-light and libnginx-mod-http-lua (apt-get install nginx-light "
+                 "libnginx-mod-http-lua), or run scripts/setup.sh")
+_STATE = "far-proxy.json"
+_CONF = "nginx.conf"
+_LOG = "nginx.log"
+_PID = "nginx.pid"
+_TEMP = "temp"
+# Files and dirs the proxy makes in a workdir it did not create (all of them go at the stop).
+_MADE = (_CONF, _PID, _STATE, _TEMP, _LOG)
+
+
+@dataclass(frozen=True, kw_only=True)
+class FarProfile:
+    """What the far store models: S3 in the same region as the reader.
+
+    ``latency_ms`` is waited once per request before it reaches the server, so it is the
+    least time to a response's first byte; ``rate_mb_s`` caps each connection (MB/s of
+    1e6 bytes).  0 turns either off.  Defaults: 20 ms and 50 MB/s (README, "Far profile").
+    """
+
+    latency_ms: float = 20.0
+    rate_mb_s: float = 50.0
+
+    def __post_init__(self) -> None:
+        for name, value, most in (("latency_ms", self.latency_ms, 60_000.0), ("rate_mb_s", self.rate_mb_s, 1e6)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise InvalidSpec(f"far profile: {name} must be a number, not {value!r}")
+            if not 0 <= value <= most:
+                raise InvalidSpec(f"far profile: {name} must lie in 0..{most:g} (0 turns it off), not {value:g}")
+
+    @property
+    def rate_bytes_s(self) -> int:
+        return round(self.rate_mb_s * 1e6)
+
+    def to_dict(self) -> dict[str, float]:
+        return asdict(self)
+
+
+def find_nginx() -> str | None:
+    """nginx lives in /usr/sbin on Debian, which a non-root PATH often lacks."""
+    found = find_program("nginx")
+    if found:
+        return found
+    return "/usr/sbin/nginx" if os.access("/usr/sbin/nginx", os.X_OK) else None
+
+
+def _modules_dir(nginx: str) -> str:
+    """Where this nginx's dynamic modules live (``--modules-path`` of ``nginx -V``)."""
+    try:
+        built = subprocess.run([nginx, "-V"], capture_output=True, text=True, timeout=10).stderr
+    except (OSError, subprocess.TimeoutExpired):
+        built = ""
+    match = re.search(r"--modules-path=(\S+)", built)
+    return match.group(1) if match else "/usr/lib/nginx/modules"
+
+
+def _user_line() -> str:
+    """As root, nginx's workers would switch to ``nobody`` and lose the 0700 workdir: keep them as us."""
+    if os.geteuid() != 0:
+        return ""
+    user = pwd.getpwuid(os.geteuid()).pw_name
+    group = grp.getgrgid(os.getegid()).gr_name
+    return f"user {user} {group};\n"
+
+
+def render_config(profile: FarProfile, *, upstream: str, port: int, workdir: str, modules_dir: str) -> str:
+    """nginx.conf for one proxy: ``upstream`` is ``host:port`` of the S3 server."""
+    temp = os.path.join(workdir, _TEMP)
+    lua = ""
+    delay = ""
+    if profile.latency_ms > 0:
+        # The Lua module needs the NDK loaded first.  ngx.sleep yields, so waiting requests cost no worker.
+        lua = (f"load_module {os.path.join(modules_dir, 'ndk_http_module.so')};\n"
+               f"load_module {os.path.join(modules_dir, 'ngx_http_lua_module.so')};\n")
+        delay = f"            access_by_lua_block {{ ngx.sleep({profile.latency_ms / 1000:.6f}) }}\n"
+    return f"""# written by mountctl.far_proxy; every path is under {workdir}
+{lua}{_user_line()}daemon off;
+worker_processes auto;
+pid {os.path.join(workdir, _PID)};
+lock_file {os.path.join(workdir, 'nginx.lock')};
+error_log {os.path.join(workdir, _LOG)} warn;
+events {{ worker_connections 4096; }}
+http {{
+    access_log off;
+    server_tokens off;
+    client_body_temp_path {temp}/body;
+    proxy_temp_path {temp}/proxy;
+    fastcgi_temp_path {temp}/fastcgi;
+    uwsgi_temp_path {temp}/uwsgi;
+    scgi_temp_path {temp}/scgi;
+    upstream far_s3 {{
+        server {upstream};
+        keepalive 64;
+        keepalive_requests 100000;
+        keepalive_timeout 60s;
+    }}
+    server {{
+        listen 127.0.0.1:{port};
+        # S3 keys may hold any byte: no rewriting of the URI, headers or body.
+        merge_slashes off;
+        underscores_in_headers on;
+        ignore_invalid_headers off;
+        client_max_body_size 0;
+        client_header_buffer_size 16k;
+        large_client_header_buffers 8 64k;
+        keepalive_requests 100000;
+        location / {{
+{delay}            proxy_pass http://far_s3;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            # SigV4 signs the Host the client sent: pass it unchanged.
+            proxy_set_header Host $http_host;
+            # limit_rate caps a response only while nginx buffers it; nothing spills to disk.  A send
+            # may run one busy buffer ahead of the cap: small buffers keep a short stream within ~2 %.
+            proxy_buffering on;
+            proxy_buffers 8 64k;
+            proxy_busy_buffers_size 128k;
+            proxy_max_temp_file_size 0;
+            limit_rate {profile.rate_bytes_s};
+            # Uploads stream through instead of landing in a temp file first.
+            proxy_request_buffering off;
+            proxy_connect_timeout 10s;
+            proxy_send_timeout 300s;
+            proxy_read_timeout 300s;
+        }}
+    }}
+}}
+"""
+
+
+def _answers_http(port: int, timeout_s: float = 1.0) -> bool:
+    """Anything that speaks HTTP on the port (nginx answers even when the upstream does not)."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=timeout_s) as conn:
+            conn.settimeout(timeout_s)
+            conn.sendall(b"HEAD / HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+            return conn.recv(16).startswith(b"HTTP/")
+    except OSError:
+        return False
+
+
+class FarProxy:
+    """Start, stop and describe one nginx that makes ``upstream_url`` look far away.
+
+    ``with FarProxy(url, workdir) as endpoint:`` starts it and stops it at the end.  Any
+    instance with the same ``workdir`` sees and can stop a proxy another process started.
+    """
+
+    def __init__(self, upstream_url: str, workdir: str, profile: FarProfile = FarProfile(), *,
+                 nginx: str | None = None) -> None:
+        match = re.fullmatch(r"http://([^/:]+):(\d+)/?", upstream_url)
+        if not match:
+            raise InvalidSpec(f"far proxy: the upstream must be http://HOST:PORT (an S3 endpoint), not {upstream_url!r}")
+        self.upstream_url = upstream_url.rstrip("/")
+        self._upstream = f"{match.group(1)}:{match.group(2)}"
+        self.workdir = os.path.abspath(workdir)
+        self.profile = profile
+        self._nginx = nginx
+        self._child: subprocess.Popen[bytes] | None = None
+
+    # -- state ----------------------------------------------------------------------------
+
+    def _path(self, name: str) -> str:
+        return os.path.join(self.workdir, name)
+
+    @property
+    def log_path(self) -> str:
+        return self._path(_LOG)
+
+    def state(self) -> dict[str, Any] | None:
+        """The running proxy's record, or None when none runs from this workdir."""
+        try:
+            with open(self._path(_STATE)) as f:
+                state = json.load(f)
+        except (OSError, ValueError):
+            return None
+        return state if isinstance(state, dict) and process_alive(state.get("process")) else None
+
+    @property
+    def endpoint_url(self) -> str | None:
+        state = self.state()
+        return state["endpoint"] if state else None
+
+    def running_profile(self) -> FarProfile | None:
+        state = self.state()
+        return FarProfile(**state["profile"]) if state else None
+
+    # -- start / stop ---------------------------------------------------------------------
+
+    def nginx(self) -> str:
+        found = self._nginx or find_nginx()
+        if not found:
+            raise LocalS3Error(f"nginx is not installed (looked beside this Python, on PATH and in /usr/sbin); "
+                               f"the far store needs it: {_INSTALL_HINT}", program="nginx")
+        return found
+
+    def _check_modules(self, modules_dir: str) -> None:
+        if self.profile.latency_ms <= 0:
+            return
+        for module in ("ndk_http_module.so", "ngx_http_lua_module.so"):
+            if not os.path.exists(os.path.join(modules_dir, module)):
+                raise LocalS3Error(f"nginx's Lua module is missing ({module} not in {modules_dir}); the far store's "
+                                   f"latency needs it: {_INSTALL_HINT}", program="nginx")
+
+    def start(self, timeout_s: float = 30.0) -> str:
+        """Start nginx and return its endpoint once it answers; a no-op when this proxy already runs."""
+        state = self.state()
+        if state and state.get("upstream") == self.upstream_url and state.get("profile") == self.profile.to_dict():
+            return str(state["endpoint"])
+        previous_port = state.get("port") if state else None
+        if state:  # another profile or upstream: replace it, on the same port when it comes free
+            self.stop()
+        nginx = self.nginx()
+        modules_dir = _modules_dir(nginx)
+        self._check_modules(modules_dir)
+        created = not os.path.isdir(self.workdir)
+        os.makedirs(self._path(_TEMP), mode=0o700, exist_ok=True)
+        deadline = time.monotonic() + timeout_s
+        for attempt in range(3):  # a port taken between our check and nginx's bind: try another
+            port = previous_port if attempt == 0 and previous_port and port_free(previous_port) else \
+                free_port(what="the far-store proxy")
+            conf = render_config(self.profile, upstream=self._upstream, port=port, workdir=self.workdir,
+                                 modules_dir=modules_dir)
+            with open(self._path(_CONF), "w") as f:
+                f.write(conf)
+            endpoint = f"http://127.0.0.1:{port}"
+            with open(self.log_path, "ab") as log:
+                log.write(f"--- {time.strftime('%Y-%m-%dT%H:%M:%S')} starting nginx on {endpoint} in front of "
+                          f"{self.upstream_url}, {self.profile}\n".encode())
+                log.flush()
+                child = subprocess.Popen([nginx, "-p", self.workdir, "-c", self._path(_CONF), "-e", self.log_path],
+                                         stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                         cwd=self.workdir, start_new_session=True)
+            self._child = child
+            write_private_json(self._path(_STATE), {
+                "process": process_identity(child.pid), "endpoint": endpoint, "port": port,
+                "upstream": self.upstream_url, "profile": self.profile.to_dict(), "created_workdir": created,
+                "started_at": time.time()})
+            if self._wait_until_serving(child, port, deadline):
+                return endpoint
+            if "Address already in use" not in self._log_tail(2):
+                break
+        how = f"exited with status {child.returncode}" if child.poll() is not None else \
+            f"did not answer within {timeout_s:g}s"
+        message = f"the far-store proxy (nginx) {how} while starting: {self._log_tail()} (log: {self.log_path})"
+        self._stop(created_workdir=created, grace_s=5.0, keep_log=True)
+        raise LocalS3Error(message, program="nginx", log_path=self.log_path, timeout_s=timeout_s)
+
+    def _wait_until_serving(self, child: subprocess.Popen[bytes], port: int, deadline: float) -> bool:
+        while time.monotonic() < deadline:
+            if child.poll() is not None:
+                return False
+            if _answers_http(port):
+                return True
+            time.sleep(0.05)
+        return False
+
+    def stop(self, grace_s: float = 10.0) -> None:
+        """Stop nginx (SIGTERM, SIGKILL after ``grace_s``) and remove what it made; a no-op when none runs."""
+        try:
+            with open(self._path(_STATE)) as f:
+                created = bool(json.load(f).get("created_workdir"))
+        except (OSError, ValueError):
+            created = False
+        self._stop(created_workdir=created, grace_s=grace_s, keep_log=False)
+
+    def _stop(self, *, created_workdir: bool, grace_s: float, keep_log: bool) -> None:
+        import psutil
+
+        state = self.state()
+        identity = state["process"] if state else None
+        if identity is None and self._child is not None and self._child.poll() is None:
+            identity = process_identity(self._child.pid)
+        if identity:
+            pid = identity["pid"]
+            try:
+                process = psutil.Process(pid)
+                os.killpg(pid, signal.SIGTERM)  # the master and its workers: one session
+                try:
+                    process.wait(timeout=grace_s)
+                except psutil.TimeoutExpired:
+                    os.killpg(pid, signal.SIGKILL)
+                    process.wait(timeout=10)
+            except (psutil.NoSuchProcess, ProcessLookupError):
+                pass
+            except psutil.TimeoutExpired:
+                raise LocalS3Error(f"the far-store proxy (nginx, pid {pid}) did not exit within 10s of SIGKILL; "
+                                   f"check `ps -o stat,wchan -p {pid}`", program="nginx", timeout_s=10) from None
+            self._wait_for_workers(pid)
+        if self._child is not None:
+            self._child.poll()  # reap our own child
+            self._child = None
+        if keep_log:
+            made = [name for name in _MADE if name != _LOG]
+        elif created_workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+            return
+        else:
+            made = list(_MADE)
+        for name in made + ["nginx.lock"]:
+            path = self._path(name)
+            if os.path.isdir(path):
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                try:
+                    os.unlink(path)
+                except FileNotFoundError:
+                    pass
+
+    @staticmethod
+    def _wait_for_workers(master_pid: int, timeout_s: float = 10.0) -> None:
+        """Workers exit a moment after their master; none may outlive the stop."""
+        import psutil
+
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            left = [p for p in psutil.process_iter(["name"]) if p.info["name"] == "nginx" and _in_session(p, master_pid)]
+            if not left:
+                return
+            time.sleep(0.05)
+        try:
+            os.killpg(master_pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+    def _log_tail(self, lines: int = 5) -> str:
+        return tail([self.log_path], lines)
+
+    # -- context manager ------------------------------------------------------------------
+
+    def __enter__(self) -> str:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _in_session(process: Any, session_id: int) -> bool:
+    try:
+        return bool(os.getsid(process.pid) == session_id)
+    except OSError:
+        return False

@@ -1,0 +1,120 @@
+"""Live identities of the embedded S3 server: keys added and revoked while it runs (``weed shell``).
+
+The server's own key comes from its ``-s3.config`` file and is static: SeaweedFS
+neither reloads that file nor lets ``s3.configure`` change it.  Identities made
+through ``weed shell``'s ``s3.configure ... -apply`` live in the filer instead and
+take effect within about a second, which is what a test of key rotation needs:
+add a second key, switch a credentials file to it, revoke the first.
+
+Secrets travel on the shell's stdin, never on its command line, and its output
+(which echoes them) is never logged; an error carries only a redacted tail.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import time
+from typing import Any, Protocol
+
+from .errors import LocalS3Error
+from .redaction import redact, remember_secret
+
+__all__ = ["add_identity", "revoke_identity", "DEFAULT_ACTIONS"]
+
+DEFAULT_ACTIONS = ("Read", "Write", "List", "Tagging", "Admin")
+# weed's flags are parsed from the shell line: a value with a space or a quote would split it.
+_TOKEN = re.compile(r"^[A-Za-z0-9_+/=.\-]{3,128}$")
+
+
+class LocalS3(Protocol):
+    """What this module needs of ``local_s3.LocalS3`` (named here, not imported: that module imports this one)."""
+
+    dir: str
+
+    @property
+    def log_path(self) -> str: ...
+
+    def weed(self) -> str: ...
+
+    def status(self) -> Any: ...
+
+    def settings(self) -> Any: ...
+
+
+def _check(kind: str, value: str) -> None:
+    if not _TOKEN.match(value):
+        raise LocalS3Error(f"the {kind} for a local S3 identity must be 3-128 letters, digits or _+/=.-")
+
+
+def _shell(server: LocalS3, line: str, timeout_s: float) -> None:
+    """Run one ``weed shell`` command against the server's master, bounded by ``timeout_s``."""
+    status = server.status()
+    try:
+        with open(os.path.join(server.dir, "server.json")) as f:
+            ports = json.load(f).get("ports", {})
+    except (OSError, ValueError):
+        ports = {}
+    if not status.running or "master" not in ports:
+        raise LocalS3Error(f"the local S3 server of {server.dir} is not running; start it with "
+                           "`mountctl local-s3 start` before changing its identities")
+    argv = [server.weed(), "shell", f"-master=127.0.0.1:{ports['master']}"]
+    try:
+        done = subprocess.run(argv, input=line + "\nexit\n", capture_output=True, text=True, timeout=timeout_s,
+                              cwd=server.dir)
+    except subprocess.TimeoutExpired:
+        raise LocalS3Error(f"`weed shell` did not finish `{line.split()[0]}` within {timeout_s:g}s; see "
+                           f"{server.log_path} and try again", timeout_s=timeout_s) from None
+    output = (done.stdout or "") + (done.stderr or "")
+    if done.returncode != 0 or re.search(r"(?im)^\s*error\b", output):
+        lines = [text.strip() for text in output.splitlines() if text.strip()]
+        raise LocalS3Error(f"`weed shell` refused `{line.split()[0]}` (status {done.returncode}): "
+                           f"{redact(' | '.join(lines[-3:]))}; see {server.log_path}")
+
+
+def _wait_until(server: LocalS3, access_key: str, secret_key: str, *, accepted: bool, timeout_s: float) -> None:
+    """Poll with the key until the server accepts it (or, ``accepted=False``, refuses it)."""
+    from botocore.exceptions import ClientError
+
+    from .s3 import S3Settings, _new_client
+
+    settings = S3Settings(endpoint_url=server.status().endpoint_url, region=server.settings().region,
+                          access_key_id=access_key, secret_access_key=secret_key)
+    # A fresh client each time: nothing cached may answer for the server.
+    s3 = _new_client(settings, 2, 5, 1)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            s3.list_buckets()
+            now_accepted = True
+        except ClientError:
+            now_accepted = False
+        if now_accepted == accepted:
+            return
+        if time.monotonic() > deadline:
+            raise LocalS3Error(f"the local S3 server still {'refuses' if accepted else 'accepts'} key "
+                               f"{access_key} {timeout_s:g}s after it was {'added' if accepted else 'revoked'}",
+                               timeout_s=timeout_s)
+        time.sleep(0.1)
+
+
+def add_identity(server: LocalS3, user: str, access_key: str, secret_key: str, *,
+                 actions: tuple[str, ...] = DEFAULT_ACTIONS, timeout_s: float = 30.0) -> None:
+    """Give ``user`` the key ``access_key``; returns once the server accepts it."""
+    for kind, value in (("user", user), ("access key", access_key), ("secret key", secret_key)):
+        _check(kind, value)
+    remember_secret(secret_key)
+    _shell(server, f"s3.configure -access_key={access_key} -secret_key={secret_key} -user={user} "
+                   f"-actions={','.join(actions)} -apply", timeout_s)
+    _wait_until(server, access_key, secret_key, accepted=True, timeout_s=timeout_s)
+
+
+def revoke_identity(server: LocalS3, user: str, access_key: str, *, timeout_s: float = 30.0) -> None:
+    """Take ``access_key`` away from ``user``; returns once the server refuses it."""
+    for kind, value in (("user", user), ("access key", access_key)):
+        _check(kind, value)
+    _shell(server, f"s3.configure -access_key={access_key} -user={user} -delete -apply", timeout_s)
+    # Any secret will do: a revoked key is refused as unknown before its signature is checked.
+    _wait_until(server, access_key, "revoked-key-probe", accepted=False, timeout_s=timeout_s)

@@ -1,0 +1,148 @@
+"""Reads that survive rotated credentials: on S3 refusing the keys, resolve them again and reopen where the read was.
+
+A job that reads with ``AWS_PROFILE`` keeps the keys it resolved at the start; when the
+credentials file switches to new keys and the old ones are revoked, every later
+request fails with 403.  The client libraries (s3torchconnector, s3fs) do not read
+the file again, so the source kinds that use them do it here: resolve the chain again
+(``mountctl.s3.refresh_credentials``), rebuild the client, reopen the object at the
+byte already delivered.  Bounded (a few tries with a short backoff) and one log line
+per refresh.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import time
+from collections.abc import Callable
+from typing import Any, BinaryIO, TypeVar
+
+from mountctl import S3Settings, s3
+
+__all__ = ["Credentials", "RefreshingStream", "buffered", "MAX_REFRESHES"]
+
+log = logging.getLogger("mountctl")
+
+MAX_REFRESHES = 3  # per read; with the backoff below, at most ~3.5 s of waiting
+_BACKOFF_S = (0.5, 1.0, 2.0)
+
+T = TypeVar("T")
+
+
+class Credentials:
+    """The settings one process reads with now, and the clients built from them (rebuilt after a refresh)."""
+
+    def __init__(self, settings: S3Settings, kind: str) -> None:
+        self.settings = settings
+        self.kind = kind
+        self.refreshes = 0
+        self._clients: dict[str, Any] = {}
+        self._closers: dict[str, Callable[[Any], None]] = {}
+
+    def client(self, name: str, build: Callable[[S3Settings], Any],
+               close: Callable[[Any], None] | None = None) -> Any:
+        """A client for the current settings, built once (``name`` tells clients of one process apart).
+
+        ``close`` ends it when it is replaced after a refresh, or at ``close()``.
+        """
+        found = self._clients.get(name)
+        if found is None:
+            found = self._clients[name] = build(self.settings)
+            if close is not None:
+                self._closers[name] = close
+        return found
+
+    def close(self) -> None:
+        clients, self._clients = self._clients, {}
+        closers, self._closers = self._closers, {}
+        for name, client in clients.items():
+            if name in closers:
+                closers[name](client)
+
+    def refresh(self, exc: BaseException, what: str, attempt: int) -> None:
+        """Resolve the credentials again after S3 refused them (``exc``); raise ``exc`` when out of tries."""
+        if attempt >= MAX_REFRESHES or not self.settings.credentials_from_chain:
+            raise exc
+        time.sleep(_BACKOFF_S[min(attempt, len(_BACKOFF_S) - 1)])
+        old = self.settings
+        self.settings = s3.refresh_credentials(old)
+        self.close()
+        self.refreshes += 1
+        changed = self.settings.access_key_id != old.access_key_id or self.settings.session_token != old.session_token
+        log.warning("%s: S3 refused the credentials reading %s (%s); resolved them again from profile %s (%s) "
+                    "and retrying", self.kind, what, _code(exc), old.profile or "default",
+                    "new keys" if changed else "unchanged")
+
+    def call(self, what: str, operation: Callable[[], T]) -> T:
+        """``operation()``, retried with fresh credentials while S3 refuses them (bounded)."""
+        attempt = 0
+        while True:
+            try:
+                return operation()
+            except Exception as exc:
+                if not s3.is_auth_error(exc):
+                    raise
+                self.refresh(exc, what, attempt)
+                attempt += 1
+
+
+def _code(exc: BaseException) -> str:
+    response = getattr(exc, "response", None)
+    if isinstance(response, dict):
+        return str(response.get("Error", {}).get("Code", "")) or "403"
+    return type(exc).__name__
+
+
+class RefreshingStream(io.RawIOBase):
+    """One object read front to back; ``open_at(settings, offset)`` (re)opens it at a byte.
+
+    On an authorization error the credentials are resolved again and the object is
+    reopened at the byte reached, so the reader sees one stream: no byte lost or repeated.
+    """
+
+    def __init__(self, name: str, credentials: Credentials, open_at: Callable[[int], BinaryIO]) -> None:
+        super().__init__()
+        self.name = name
+        self._credentials = credentials
+        self._open_at = open_at
+        self._stream: BinaryIO | None = None
+        self._offset = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._offset
+
+    def readinto(self, buffer: Any) -> int:
+        view = memoryview(buffer).cast("B")
+
+        def read() -> bytes:
+            try:
+                if self._stream is None:
+                    self._stream = self._open_at(self._offset)
+                return self._stream.read(len(view))
+            except Exception:
+                self._drop()
+                raise
+
+        data = self._credentials.call(self.name, read)
+        view[:len(data)] = data
+        self._offset += len(data)
+        return len(data)
+
+    def _drop(self) -> None:
+        stream, self._stream = self._stream, None
+        if stream is not None:
+            try:
+                stream.close()
+            except Exception:  # closing a refused stream may fail too; it is gone either way
+                pass
+
+    def close(self) -> None:
+        self._drop()
+        super().close()
+
+
+def buffered(raw: RefreshingStream, buffer_size: int = 1 << 20) -> BinaryIO:
+    return io.BufferedReader(raw, buffer_size=buffer_size)

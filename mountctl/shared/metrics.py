@@ -1,0 +1,155 @@
+"""The figures of one shared mount, computed once for ``mountctl status --json`` and the exporter alike.
+
+Everything here is bounded: the health probe runs where a timeout can abandon it
+(``mountctl.health``), the program's remote control is asked over a socket with
+a timeout, and the cache is measured on the local disk, never through the mount.
+What each program can say for itself differs: rclone answers ``vfs/stats`` and
+serves its own Prometheus metrics on a private unix socket; s3fs-fuse has no
+metrics, so its figures are what a probe and the cache directory show;
+mount-s3 pushes OTLP only (not read here).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import json
+import os
+import socket
+from typing import Any
+
+from ..backends import get_backend, rclone_rc_socket
+from ..cache import mount_cache_dir
+from ..health import mount_health
+from ..processes import process_alive
+from .registry import MountRecord
+
+__all__ = ["mount_figures", "program_memory", "directory_bytes", "rclone_figures", "RC_TIMEOUT_S"]
+
+MIB = 1 << 20
+# How long the exporter waits for a mount program's remote control to answer one request.
+RC_TIMEOUT_S = 1.0
+
+
+def mount_figures(record: MountRecord, timeout_s: float) -> dict[str, Any]:
+    """One mount's status row: state, health, restarts, memory, cache and what its program reports."""
+    supervisor_alive = process_alive(record.supervisor)
+    backend = get_backend(record.backend) if record.backend else None
+    if supervisor_alive and record.state == "mounted":
+        health = mount_health(record.mount_dir, backend, record.program_pid, timeout_s).to_dict()
+    else:
+        health = {"state": record.state if supervisor_alive else "dead", "latency_s": None,
+                  "error": "" if supervisor_alive else "supervisor is gone; run `mountctl cleanup`"}
+    state = record.state if supervisor_alive else "abandoned"
+    spec = record.spec
+    memory_mb = spec.get("memory_mb")
+    row: dict[str, Any] = {
+        "uri": record.uri, "dir": record.mount_dir, "backend": record.backend, "pid": record.program_pid,
+        "supervisor_pid": (record.supervisor or {}).get("pid"),
+        "state": state, "health": health, "since": record.since,
+        "restarts": record.restarts, "last_error": record.last_error, "holders": len(record.holders),
+        "pinned": record.pinned, "log": record.log_path, "endpoint": record.identity.get("s3", {}).get("endpoint"),
+        "up": state == "mounted" and health.get("state") in ("healthy", "slow"),
+        "memory": {**program_memory(record.program_pid if supervisor_alive else None),
+                   "bound_bytes": memory_mb * MIB if memory_mb else None},
+        "cache": _cache_figures(record),
+        "program": {},
+    }
+    workdir = _workdir(record)
+    if record.backend == "rclone" and workdir and supervisor_alive:
+        row["program"] = rclone_figures(rclone_rc_socket(workdir))
+    return row
+
+
+def _workdir(record: MountRecord) -> str | None:
+    # The mount's private scratch directory holds its log at logs/mount.log (Mount.log_path).
+    return os.path.dirname(os.path.dirname(record.log_path)) if record.log_path else None
+
+
+def program_memory(pid: int | None) -> dict[str, int | None]:
+    """The mount program's resident memory now and at its peak (the kernel's high-water mark, VmHWM)."""
+    figures: dict[str, int | None] = {"rss_bytes": None, "peak_rss_bytes": None}
+    if not pid:
+        return figures
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                name, _, value = line.partition(":")
+                if name in ("VmRSS", "VmHWM"):
+                    figures["rss_bytes" if name == "VmRSS" else "peak_rss_bytes"] = int(value.split()[0]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return figures
+
+
+def _cache_figures(record: MountRecord) -> dict[str, Any] | None:
+    """The cache the program runs with (None: none), with the bytes it holds now and its cap in bytes."""
+    if record.cache is None:
+        return None
+    path = record.cache.get("path") or mount_cache_dir(record.cache["cache_dir"], record.mount_dir)
+    size_mb = record.cache.get("cache_size_mb")
+    return {**record.cache, "bytes": directory_bytes(path), "capacity_bytes": size_mb * MIB if size_mb else None}
+
+
+def directory_bytes(path: str) -> int:
+    """Bytes allocated on disk under ``path`` (sparse cache files count what they hold, like ``du``)."""
+    total = 0
+    for root, _, files in os.walk(path):
+        for name in files:
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(root, name)).st_blocks * 512
+    return total
+
+
+class _UnixConnection(http.client.HTTPConnection):
+    """HTTP over a unix socket, every step bounded by ``timeout``."""
+
+    def __init__(self, path: str, timeout: float) -> None:
+        super().__init__("localhost", timeout=timeout)
+        self._path = path
+
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.timeout)
+        try:
+            sock.connect(self._path)
+        except OSError:
+            sock.close()
+            raise
+        self.sock = sock
+
+
+def _ask(path: str, method: str, url: str, timeout_s: float) -> str:
+    connection = _UnixConnection(path, timeout_s)
+    try:
+        connection.request(method, url, body=b"{}" if method == "POST" else None,
+                           headers={"Content-Type": "application/json"} if method == "POST" else {})
+        response = connection.getresponse()
+        body = response.read().decode("utf-8", "replace")
+        if response.status != 200:
+            raise OSError(f"{url} answered HTTP {response.status}")
+        return body
+    finally:
+        connection.close()
+
+
+def rclone_figures(socket_path: str, timeout_s: float = RC_TIMEOUT_S) -> dict[str, Any]:
+    """rclone's ``vfs/stats`` and its own Prometheus samples (``rclone_*``), asked through its remote control.
+
+    A program that does not answer within ``timeout_s`` yields ``{"error": ...}``, never a hang.
+    """
+    from prometheus_client.parser import text_string_to_metric_families
+
+    try:
+        stats = json.loads(_ask(socket_path, "POST", "/vfs/stats", timeout_s))
+        text = _ask(socket_path, "GET", "/metrics", timeout_s)
+    except (OSError, ValueError, http.client.HTTPException) as exc:
+        return {"error": f"rclone's remote control at {socket_path} did not answer: {exc}"}
+    samples = []
+    for family in text_string_to_metric_families(text):
+        if not family.name.startswith("rclone_"):
+            continue  # its go_* and process_* figures would clash with every other exporter's
+        for sample in family.samples:
+            samples.append({"name": sample.name, "family": family.name, "type": family.type,
+                            "help": family.documentation, "labels": dict(sample.labels), "value": sample.value})
+    return {"vfs": stats, "metrics": samples}

@@ -1,0 +1,93 @@
+"""A memory bound holds: the mount program's peak RSS stays under ``memory_mb`` while 4 readers stream.
+
+Real rclone and s3fs-fuse mounts of the local S3 server; 4 threads each read a different 64 MiB object
+through the mount while the program's RSS is sampled with psutil (and its kernel high-water mark read).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import psutil
+import pytest
+
+import mountctl
+from mountctl.backends import BACKENDS
+from mountctl.shared.metrics import program_memory
+
+from conftest import missing, require_fuse
+
+MIB = 1 << 20
+OBJECT_MB = 64
+READERS = 4
+# Each program's smallest bound that mountctl accepts: rclone's (below it its reads stalled), and s3fs's
+# (it reads through temporary files).
+BOUNDS_MB = {"rclone": 152, "s3fs": 64}
+# rclone read with many parallel chunk streams (the tuning a far store wants) would hold
+# READERS x 16 x 16 MiB = 1 GiB in flight unbounded: the bound must cap these flags too.
+_RCLONE_WIDE = ("--vfs-read-chunk-streams", "16", "--vfs-read-chunk-size", "16M")
+
+
+def _read_all(path: str, chunk: int = 1 << 20) -> int:
+    total = 0
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            total += len(block)
+    return total
+
+
+def _stream_and_sample(root: str, names: list[str], pid: int) -> tuple[int, list[int]]:
+    """Read every name through the mount on its own thread; return the largest RSS sampled and the sizes read."""
+    process = psutil.Process(pid)
+    peak, done = 0, threading.Event()
+
+    def sample() -> None:
+        nonlocal peak
+        while not done.is_set():
+            try:
+                peak = max(peak, process.memory_info().rss)
+            except psutil.Error:
+                return
+            time.sleep(0.02)
+
+    sizes = [0] * len(names)
+
+    def read(i: int) -> None:
+        sizes[i] = _read_all(os.path.join(root, names[i]))
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    readers = [threading.Thread(target=read, args=(i,), daemon=True) for i in range(len(names))]
+    for thread in readers:
+        thread.start()
+    deadline = time.monotonic() + 90  # one bound for all: a stalled mount must fail the test, not hang it
+    for thread in readers:
+        thread.join(timeout=max(0.1, deadline - time.monotonic()))
+    done.set()
+    sampler.join(timeout=5)
+    assert not any(thread.is_alive() for thread in readers), "a reader did not finish within 90 s: the mount stalled under its bound"
+    return peak, sizes
+
+
+@pytest.mark.parametrize("program", sorted(BOUNDS_MB))
+def test_peak_rss_stays_under_the_bound_while_four_readers_stream(program, s3, bucket, mount_root):
+    require_fuse()
+    if not BACKENDS[program].available():
+        missing(f"{program} is not installed")
+    names = [f"big-{i}.bin" for i in range(READERS)]
+    for name in names:
+        s3.put_object(Bucket=bucket, Key=name, Body=os.urandom(OBJECT_MB * MIB))
+    extra = {"rclone": _RCLONE_WIDE} if program == "rclone" else {}
+    bound_mb = BOUNDS_MB[program]
+    with mountctl.mount(f"s3://{bucket}/", str(mount_root / "m"), backend=program, memory_mb=bound_mb,
+                        extra_args=extra) as mounted:
+        assert mounted.pid is not None
+        peak, sizes = _stream_and_sample(mounted.path, names, mounted.pid)
+        high_water = program_memory(mounted.pid)["peak_rss_bytes"]
+    assert sizes == [OBJECT_MB * MIB] * READERS
+    assert high_water is not None
+    print(f"{program}: bound {bound_mb} MiB, sampled peak RSS {peak / MIB:.0f} MiB, VmHWM {high_water / MIB:.0f} MiB")
+    assert peak < bound_mb * MIB, f"{program} reached {peak / MIB:.0f} MiB RSS under a {bound_mb} MiB bound"
+    assert high_water < bound_mb * MIB, f"{program}'s high-water mark was {high_water / MIB:.0f} MiB"

@@ -27,6 +27,7 @@ from .errors import (
     S3Error,
     StaleMount,
 )
+from .far_proxy import FarProfile, FarProxy
 from .handle import MountHandle
 from .health import Health, HealthState
 from .local_s3 import LocalS3, uri_or_embedded
@@ -53,6 +54,8 @@ __all__ = [
     "Health",
     "HealthState",
     "LocalS3",
+    "FarProxy",
+    "FarProfile",
     "uri_or_embedded",
     "S3Settings",
     "S3Uri",

@@ -5,7 +5,8 @@
 #      datasets under that prefix, measures the limits (local disk, raw GET), the loaders of every
 #      source kind and mount program, and ResNet-50 training, and writes JSON, Markdown and PNG
 #      under bench-results/ (or --out).
-#   scripts/bench.sh --quick          a reduced sweep, under 3 minutes on two cores
+#   scripts/bench.sh --quick          a reduced sweep in both stores (local, far: through a far-store proxy)
+#   scripts/bench.sh --store local    only the endpoint itself
 #   scripts/bench.sh --accelerator gpu
 # Stops the local S3 again if it started it, also on Ctrl-C.
 set -euo pipefail

@@ -3,7 +3,8 @@
 #   1. start the local S3 server (SeaweedFS on 127.0.0.1) and point the AWS variables at it;
 #   2. upload a few objects, mount the bucket with every installed mount program, read through it;
 #   3. make a small synthetic ImageNet-style dataset and train ResNet-50 briefly with each
-#      source kind (mountpoint, s3io, fsspec), printing images/s per kind.
+#      source kind (mountpoint, s3io, fsspec) through the far store (a proxy with S3's latency and
+#      per-connection rate), printing images/s per kind.
 # Everything it starts it stops again, also on Ctrl-C.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -87,9 +87,9 @@ def main() -> None:
                 cell = loader_cell(manifest, source, num_workers=args.workers, batch_size=args.batch_size,
                                    warmup_batches=3, program_pid=m.pid)
             rows.append({"variant": label, "read_mb_per_s": round(read_mb_s, 1),
-                         "read_daemon_cpu_pct": monitor.usage.daemon_cpu_pct,
-                         "read_daemon_peak_rss_mb": monitor.usage.daemon_peak_rss_mb,
-                         "loader_samples_per_s": cell["samples_per_s"], "loader_daemon_cpu_pct": cell["daemon_cpu_pct"],
+                         "read_daemon_cpu_pct": monitor.usage.program_cpu_pct,
+                         "read_daemon_peak_rss_mb": monitor.usage.program_peak_rss_mb,
+                         "loader_samples_per_s": cell["samples_per_s"], "loader_daemon_cpu_pct": cell["program_cpu_pct"],
                          "loader_cpu_pct": cell["loader_cpu_pct"]})
             print(json.dumps(rows[-1]), flush=True)
         local_row("local disk (after)")

@@ -2,19 +2,26 @@
 
 The sweep runs on tiny data (the ``tiny`` preset: 32 px images, a few shards,
 two ResNet-50 steps) against the real local S3 and real mounts, so it checks
-the shape and sanity of the results, not their speed.
+the shape and sanity of the results, not their speed.  It runs in both stores:
+the local S3 itself and the same bucket through a real far-store proxy.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import socket
+import time
+import urllib.parse
 
+import psutil
 import pytest
 
-from mountctl import installed_backends
+from mountctl import FarProfile, installed_backends
 from mountctl.errors import InvalidSpec
 from mountctl.pytorch.benchmark import preset, run_sweep, write_report
 from mountctl.pytorch.benchmark.bytes_path import READ_SIZE, bytes_routes
+from mountctl.pytorch.benchmark.stores import STORES, plan_stores
 from mountctl.pytorch.benchmark.sweep import EPOCHS, LOCAL, source_plan
 from mountctl.pytorch.cli import build_parser
 from mountctl.s3 import client as s3_client
@@ -34,10 +41,30 @@ def sweep(local_s3, tmp_path_factory):
         client.create_bucket(Bucket="bench-test")
         client.get_waiter("bucket_exists").wait(Bucket="bench-test", WaiterConfig={"Delay": 0.1, "MaxAttempts": 100})
         out = tmp_path_factory.mktemp("bench-results")
-        config = preset("tiny", uri="s3://bench-test/bench/", out=str(out), progress=False)
+        # A short far latency keeps the test quick; the far store is still a real proxy on its own port.
+        config = preset("tiny", uri="s3://bench-test/bench/", out=str(out), progress=False, far_latency_ms=5.0)
+        children = {p.pid for p in psutil.Process().children(recursive=True)}
         result = run_sweep(config, settings=settings)
+        result["test_children_left"] = new_children(children)
         paths = write_report(result, config.out)
     return config, result, paths
+
+
+def new_children(before: set[int], wait_s: float = 5.0) -> list[str]:
+    """Command lines of this process's children not in ``before`` still alive after a bounded wait
+    (a mount supervisor that is unmounting gets a moment, as in conftest's leak check).  Python's
+    multiprocessing resource tracker lives as long as this process by design: not a leak."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        alive = []
+        for child in psutil.Process().children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                if (child.pid not in before and child.status() != psutil.STATUS_ZOMBIE
+                        and "multiprocessing.resource_tracker" not in " ".join(child.cmdline())):
+                    alive.append(" ".join(child.cmdline()))
+        if not alive or time.monotonic() > deadline:
+            return alive
+        time.sleep(0.1)
 
 
 def cells(result: dict, cell: str, status: str | None = "ok") -> list[dict]:
@@ -48,35 +75,38 @@ def test_every_loader_cell_is_measured_against_the_limits_of_the_same_run(sweep)
     config, result, _ = sweep
     sources = [LOCAL] + [label for label, _, _ in source_plan(config)]
     assert any(label.startswith("mountpoint/") for label in sources), "no mount program was benchmarked"
-    expected = {(d.label, w, s, e) for d in config.datasets for w in config.num_workers for s in sources for e in EPOCHS}
+    expected = {(st, d.label, w, s, e) for st in STORES for d in config.datasets for w in config.num_workers
+                for s in sources for e in EPOCHS}
     loaders = cells(result, "loader", status=None)
-    assert {(c["dataset"], c["num_workers"], c["source"], c["epoch"]) for c in loaders} == expected
+    assert {(c["store"], c["dataset"], c["num_workers"], c["source"], c["epoch"]) for c in loaders} == expected
     for cell in loaders:
         assert cell["status"] == "ok", cell
         assert cell["samples_per_s"] > 0 and cell["mb_per_s"] > 0
         assert cell["ratio_to_local_disk"] > 0 and cell["ratio_to_raw_get"] > 0
         assert cell["loader_cpu_pct"] > 0 and cell["loader_peak_rss_mb"] > 0
         if cell["kind"] == "mountpoint":
-            assert cell["daemon_peak_rss_mb"] > 0 and cell["daemon_cpu_pct"] is not None
+            assert cell["program_peak_rss_mb"] > 0 and cell["program_cpu_pct"] is not None
     assert all(c["ratio_to_local_disk"] == 1.0 for c in loaders if c["source"] == LOCAL)
-    assert {c["dataset"] for c in cells(result, "raw-get")} == {d.label for d in config.datasets}
+    assert {(c["store"], c["dataset"]) for c in cells(result, "raw-get")} == {
+        (st, d.label) for st in STORES for d in config.datasets}
     assert all(c["mb_per_s"] > 0 for c in cells(result, "raw-get"))
 
 
 def test_mounts_report_start_up_and_every_source_its_first_sample(sweep):
     config, result, _ = sweep
     firsts = cells(result, "first-sample")
-    assert len(firsts) == len(config.datasets) * (1 + len(source_plan(config)))
+    assert len(firsts) == len(STORES) * len(config.datasets) * (1 + len(source_plan(config)))
     assert all(c["first_sample_s"] > 0 for c in firsts)
     assert all(c["mount_startup_s"] > 0 for c in firsts if c["kind"] == "mountpoint")
 
 
 def test_training_runs_per_source_kind_beside_the_ceiling(sweep):
     config, result, _ = sweep
-    assert len(cells(result, "ceiling")) == 1 and cells(result, "ceiling")[0]["samples_per_s"] > 0
+    assert [c["store"] for c in cells(result, "ceiling")] == list(STORES)
+    assert all(c["samples_per_s"] > 0 for c in cells(result, "ceiling"))
     trained = cells(result, "train")
-    assert {(c["source"], c["epoch"]) for c in trained} == {(label, e) for label, _, _ in source_plan(config)
-                                                            for e in EPOCHS}
+    assert {(c["store"], c["source"], c["epoch"]) for c in trained} == {
+        (st, label, e) for st in STORES for label, _, _ in source_plan(config) for e in EPOCHS}
     assert all(c["decode"] == "cpu" for c in trained)
     assert all(c["samples_per_s"] > 0 and c["ratio_to_ceiling"] > 0 for c in trained)
     assert [c["status"] for c in cells(result, "gpu", status=None)] == [
@@ -93,25 +123,26 @@ def test_bytes_cells_cover_every_route_both_epochs_and_every_reader_count(sweep)
     assert {variant for source, variant in routes(config) if source.startswith("mountpoint/")} == {
         "default", "no-cache"}
     moved = cells(result, "bytes", status=None)
-    assert {(c["source"], c["variant"], c["readers"], c["epoch"]) for c in moved} == {
-        (s, v, r, e) for s, v in routes(config) for r in config.bytes_readers for e in EPOCHS}
+    assert {(c["store"], c["source"], c["variant"], c["readers"], c["epoch"]) for c in moved} == {
+        (st, s, v, r, e) for st in STORES for s, v in routes(config) for r in config.bytes_readers for e in EPOCHS}
     for cell in moved:
         assert cell["status"] == "ok", cell
         assert cell["mb_per_s"] > 0 and cell["ratio_to_raw_get"] > 0 and cell["loader_cpu_pct"] > 0
         assert 0 < cell["member_bytes"] < cell["bytes"]  # the tar walk read the members, not the headers
         if cell["kind"] == "mountpoint":
-            assert cell["daemon_cpu_pct"] is not None and cell["daemon_peak_rss_mb"] > 0
+            assert cell["program_cpu_pct"] is not None and cell["program_peak_rss_mb"] > 0
 
 
 def test_random_reads_cover_every_route_against_s3io_range_reads(sweep):
     config, result, _ = sweep
     random_cells = cells(result, "random", status=None)
-    assert {(c["source"], c["variant"]) for c in random_cells} == routes(config)
+    assert {(c["store"], c["source"], c["variant"]) for c in random_cells} == {
+        (st, s, v) for st in STORES for s, v in routes(config)}
     for cell in random_cells:
         assert cell["status"] == "ok", cell
         assert cell["reads"] == config.random_reads and cell["read_size"] == READ_SIZE
         assert cell["mb_per_s"] > 0 and cell["p50_ms"] > 0 and cell["ratio_to_s3io_range"] > 0
-    assert [c["ratio_to_s3io_range"] for c in random_cells if c["kind"] == "s3io"] == [1.0]
+    assert [c["ratio_to_s3io_range"] for c in random_cells if c["kind"] == "s3io"] == [1.0] * len(STORES)
 
 
 def test_the_run_is_written_as_json_markdown_and_png(sweep):
@@ -191,3 +222,61 @@ def test_map_cells_read_both_layouts_per_route_beside_local_disk(sweep):
     assert all(c["ratio_to_sequential"] for c in maps if c["layout"] == "shards-random")
     with open(paths["md"], encoding="utf-8") as f:
         assert "## Map-style" in f.read()
+
+
+def test_every_cell_of_both_stores_records_its_store_and_the_far_one_went_through_the_proxy(sweep):
+    _, result, _ = sweep
+    measured = [c for c in result["cells"] if c["cell"] != "gpu"]
+    assert {c.get("store") for c in measured} == set(STORES)
+    for kind in ("bytes", "random", "loader", "map", "train", "checkpoint"):
+        assert {c["store"] for c in cells(result, kind)} == set(STORES), kind
+    local, far = result["stores"]["local"], result["stores"]["far"]
+    assert far["endpoint"] != local["endpoint"] == result["endpoint"] and far["latency_ms"] == 5.0
+    assert far["rate_mb_s"] > 0
+
+
+def test_the_far_proxy_is_stopped_and_leaves_nothing_behind(sweep):
+    _, result, _ = sweep
+    proxy = urllib.parse.urlsplit(result["stores"]["far"]["endpoint"])
+    with pytest.raises(OSError), socket.create_connection((proxy.hostname, proxy.port), timeout=2):
+        pass
+    assert result["test_children_left"] == []
+
+
+def test_every_mount_cell_reports_the_mount_programs_peak_rss(sweep):
+    _, result, _ = sweep
+    mounted = [c for c in result["cells"] if c["status"] == "ok" and (
+        c.get("kind") == "mountpoint" or str(c.get("route", "")).startswith(("mountpoint/", "dcp-mount/")))]
+    assert {c["cell"] for c in mounted} >= {"first-sample", "loader", "bytes", "random", "map", "train", "checkpoint"}
+    assert all(c["program_peak_rss_mb"] > 0 for c in mounted), [c for c in mounted if not c["program_peak_rss_mb"]]
+
+
+def test_the_report_puts_both_stores_side_by_side(sweep):
+    _, _, paths = sweep
+    with open(paths["md"], encoding="utf-8") as f:
+        report = f.read()
+    section = report.split("## Stores side by side", 1)[1].split("\n## ", 1)[0]
+    assert "| local e1 | local e2 | x local e1 | x local e2 | far e1 | far e2 | x far e1 | x far e2 |" in section
+    assert "| bytes, 2 readers | mountpoint/rclone (no-cache) | MB/s | raw GET |" in section
+    assert "far = a far-store proxy before the same endpoint, 5.0 ms per request" in report
+
+
+def test_a_bench_against_the_embedded_far_profile_takes_its_proxy_as_the_far_store(local_s3):
+    """`MOUNTCTL_STORE=far scripts/bench.sh`: the local store is the server behind the proxy, not a proxy of a proxy."""
+    direct = local_s3.settings()
+    status = local_s3.start_far(FarProfile(latency_ms=7.0, rate_mb_s=40.0))
+    try:
+        far = local_s3.settings()
+        assert far.endpoint_url == status.endpoint_url != direct.endpoint_url
+        plan = plan_stores("both", far)
+        assert plan.stores == STORES and plan.origin.endpoint_url == direct.endpoint_url
+        assert plan.running_far == far.endpoint_url and plan.profile == FarProfile(latency_ms=7.0, rate_mb_s=40.0)
+        before = {p.pid for p in psutil.Process().children(recursive=True)}
+        with plan.settings("far", "/nonexistent/unused") as through:
+            assert through.endpoint_url == far.endpoint_url
+            assert new_children(before, wait_s=0) == []  # no second proxy
+        # Another profile asked for: a proxy of its own before the server itself.
+        other = plan_stores("far", far, latency_ms=3.0)
+        assert other.running_far is None and other.origin.endpoint_url == direct.endpoint_url
+    finally:
+        local_s3.stop_far()

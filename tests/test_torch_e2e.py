@@ -223,6 +223,7 @@ def test_demo_trains_and_benches_each_kind_and_prints_the_table(s3_env, bucket):
     assert cells[0] == "s3io" and cells[-1] == "yes"
     assert all(float(cells[i]) > 0 for i in (2, 3, 5, 6))  # train and loader, epoch 1 and epoch 2 apart
     assert "$ python" in done.stdout and "resnet.py train" in done.stdout
+    assert "images/s through the far store (a proxy before this endpoint adding" in done.stdout
 
 
 # -- bad input -------------------------------------------------------------------------------------

@@ -78,7 +78,8 @@ def _demo(args: argparse.Namespace) -> int:
 
     config = DemoConfig(uri=args.uri or DemoConfig.uri, num_images=args.num_images, image_size=args.image_size,
                         batch_size=args.batch_size, max_epochs=args.max_epochs, num_workers=args.num_workers,
-                        kinds=tuple(args.kinds))
+                        kinds=tuple(args.kinds), store=args.store, far_latency_ms=args.far_latency_ms,
+                        far_rate_mb_s=args.far_rate_mb_s)
     with uri_or_embedded(args.uri, DemoConfig.uri):
         rows = run_demo(config)
     return 0 if all(row["status"] == 0 and row["summary"] for row in rows) else 1
@@ -180,6 +181,12 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--max-epochs", type=int, default=2, help="default 2: epoch 1 and epoch 2 shown apart")
     demo.add_argument("--num-workers", type=int, default=2)
     demo.add_argument("--kinds", nargs="+", choices=list(SOURCE_KINDS), default=list(SOURCE_KINDS))
+    demo.add_argument("--store", choices=("local", "far"), default="far",
+                      help="far (default): train and bench read through a proxy with S3's latency and rate, so the "
+                      "table shows what a user on S3 sees; local: the endpoint itself. A store not on this machine "
+                      "is read as it is")
+    demo.add_argument("--far-latency-ms", type=float, default=None, help="far store: delay per request")
+    demo.add_argument("--far-rate-mb-s", type=float, default=None, help="far store: MB/s per connection")
     demo.set_defaults(func=_demo)
     return parser
 

@@ -7,6 +7,12 @@ Besides training, each kind also runs ``bench`` (the data path alone): on a
 CPU the model's arithmetic sets the training rate and hides the source kind.
 Both run two epochs, shown apart: epoch 1 fetches from S3, epoch 2 shows what
 the mount's node-local cache (on by default) gives over fetching again.
+
+The table tells what a user on S3 would see: on a store on this machine the
+dataset is made directly, then every train and bench command reads through
+the far store (``benchmark/stores.py``: a proxy adding S3's latency and
+per-connection rate), unless ``store`` is ``local``.  A real store is read as
+it is.
 """
 
 from __future__ import annotations
@@ -16,11 +22,13 @@ import os
 import shlex
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-from mountctl import InvalidSpec, parse_s3_uri, resolve
+from mountctl import FarProfile, InvalidSpec, S3Settings, parse_s3_uri, resolve
+from mountctl.pytorch.benchmark.stores import far_profile, plan_stores
 from mountctl.pytorch.data.sources import SOURCE_KINDS
 from mountctl.pytorch.errors import DatasetError
 
@@ -41,9 +49,15 @@ class DemoConfig:
     bench_epochs: int = 2
     kinds: tuple[str, ...] = tuple(SOURCE_KINDS)
     run_timeout_s: float = 600.0
+    store: str = "far"  # local | far: the store train and bench read through (stores.py)
+    far_latency_ms: float | None = None  # None: the far proxy's own profile
+    far_rate_mb_s: float | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "uri", str(parse_s3_uri(self.uri)))
+        if self.store not in ("local", "far"):
+            raise InvalidSpec(f"the demo's --store must be local or far, not {self.store!r}")
+        far_profile(self.far_latency_ms, self.far_rate_mb_s)  # a bad profile fails here
         unknown = [k for k in self.kinds if k not in SOURCE_KINDS]
         if unknown or not self.kinds:
             raise InvalidSpec(f"demo kinds {unknown or '(none)'} unknown: choose from {', '.join(SOURCE_KINDS)}")
@@ -56,11 +70,14 @@ def command_line() -> list[str]:
     return [sys.executable, "-m", "mountctl.pytorch.cli"]
 
 
-def _run(argv: list[str], timeout_s: float, out: TextIO) -> tuple[int, dict[str, Any] | None]:
-    """Run one command (stderr shown as it comes); return its status and last JSON line on stdout."""
+def _run(argv: list[str], timeout_s: float, out: TextIO, settings: S3Settings | None = None
+         ) -> tuple[int, dict[str, Any] | None]:
+    """Run one command (stderr shown as it comes) against ``settings`` (default: this environment's);
+    return its status and last JSON line on stdout."""
     print(f"\n$ {shlex.join(['python', *argv[1:]])}", file=out, flush=True)
     try:
-        done = subprocess.run(argv, stdout=subprocess.PIPE, text=True, timeout=timeout_s, check=False)
+        done = subprocess.run(argv, stdout=subprocess.PIPE, text=True, timeout=timeout_s, check=False,
+                              env=settings.child_env() if settings else None)
     except subprocess.TimeoutExpired:
         print(f"  gave up after {timeout_s:g}s", file=out)
         return 124, None
@@ -112,28 +129,40 @@ def comparison_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(rendered)
 
 
+def _store_words(store: str, profile: FarProfile) -> str:
+    if store == "far":
+        return (f"the far store (a proxy before this endpoint adding {profile.latency_ms:g} ms per request and "
+                f"{profile.rate_mb_s:g} MB/s per connection, as S3 would)")
+    return "the endpoint itself" if store == "local" else "the store as it is (not on this machine: no proxy)"
+
+
 def run_demo(config: DemoConfig, *, out: TextIO | None = None) -> list[dict[str, Any]]:
     out = out or sys.stdout
     settings = resolve()
-    print(f"mountctl demo against {settings.endpoint_url or 'AWS S3 (' + settings.region + ')'}: "
-          f"{config.num_images} images of {config.image_size} px at {config.uri}", file=out)
+    plan = plan_stores(config.store, settings, config.far_latency_ms, config.far_rate_mb_s)
+    store, profile = plan.stores[0], plan.profile
+    print(f"mountctl demo against {plan.origin.endpoint_url or 'AWS S3 (' + settings.region + ')'}: "
+          f"{config.num_images} images of {config.image_size} px at {config.uri}; train and bench read through "
+          f"{_store_words(store, profile)}", file=out)
     base = command_line()
     status, made = _run([*base, "make", config.uri, "--num-images", str(config.num_images), "--image-size",
                          str(config.image_size), "--num-classes", "100", "--shard-size", config.shard_size,
                          "--no-progress"],
-                        config.run_timeout_s, out)
+                        config.run_timeout_s, out, plan.origin)  # made once, directly
     if status != 0 or made is None:
         raise DatasetError(f"`resnet.py make` failed (exit {status}); see the messages above")
     rows = []
-    for kind in config.kinds:
-        started = time.monotonic()
-        status, summary = _run([*base, "train", config.uri, "--source-kind", kind, "--batch-size",
-                                str(config.batch_size), "--max-epochs", str(config.max_epochs), "--num-workers",
-                                str(config.num_workers), "--no-progress"], config.run_timeout_s, out)
-        _, bench = _run([*base, "bench", config.uri, "--source-kind", kind, "--batch-size", str(config.batch_size),
-                         "--num-workers", str(config.num_workers), "--epochs", str(config.bench_epochs)],
-                        config.run_timeout_s, out)
-        rows.append({"kind": kind, "status": status, "summary": summary, "bench": bench,
-                     "wall_s": time.monotonic() - started})
-    print("\n" + comparison_table(rows), file=out, flush=True)
+    with tempfile.TemporaryDirectory(prefix="mountctl-demo-") as scratch, \
+            plan.settings(store, f"{scratch}/far-proxy") as read_through:
+        for kind in config.kinds:
+            started = time.monotonic()
+            status, summary = _run([*base, "train", config.uri, "--source-kind", kind, "--batch-size",
+                                    str(config.batch_size), "--max-epochs", str(config.max_epochs), "--num-workers",
+                                    str(config.num_workers), "--no-progress"], config.run_timeout_s, out, read_through)
+            _, bench = _run([*base, "bench", config.uri, "--source-kind", kind, "--batch-size",
+                             str(config.batch_size), "--num-workers", str(config.num_workers), "--epochs",
+                             str(config.bench_epochs)], config.run_timeout_s, out, read_through)
+            rows.append({"kind": kind, "status": status, "summary": summary, "bench": bench,
+                         "wall_s": time.monotonic() - started, "store": store})
+    print(f"\nimages/s through {_store_words(store, profile)}:\n" + comparison_table(rows), file=out, flush=True)
     return rows

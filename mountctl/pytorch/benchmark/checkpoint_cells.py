@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from mountctl import S3Settings, installed_backends
+from mountctl.pytorch.benchmark.monitor import ResourceMonitor
 
 __all__ = ["states_equal", "state_sizes", "checkpoint_routes", "dcp_routes", "run_checkpoint_cells",
            "checkpoint_cell_count", "add_checkpoint_ratios", "checkpoint_rows", "checkpoint_bars"]
@@ -170,24 +171,29 @@ def _single_route_cells(run: Any, uri: str, scratch: str, label: str, state: dic
                 run.bar.update()
             return
         path = where + label + ".ckpt"
+        program = _program_pid(plugin)
 
         def save() -> dict[str, Any]:
-            started = time.perf_counter()
-            plugin.save_checkpoint(state, path)
-            seconds = time.perf_counter() - started
-            return {"seconds": round(seconds, 3), "mb_per_s": round(size_mb / seconds, 1), "verified": False}
+            with ResourceMonitor(program) as monitor:
+                started = time.perf_counter()
+                plugin.save_checkpoint(state, path)
+                seconds = time.perf_counter() - started
+            return {"seconds": round(seconds, 3), "mb_per_s": round(size_mb / seconds, 1), "verified": False,
+                    **_program_usage(monitor)}
 
         saved = run.cell({**base, "op": "save"}, save)
 
         def load() -> dict[str, Any]:
             if isinstance(plugin, _LocalDisk):
                 plugin.drop_cache(path)
-            started = time.perf_counter()
-            loaded = plugin.load_checkpoint(path, weights_only=True)
-            seconds = time.perf_counter() - started
+            with ResourceMonitor(program) as monitor:
+                started = time.perf_counter()
+                loaded = plugin.load_checkpoint(path, weights_only=True)
+                seconds = time.perf_counter() - started
             verified = states_equal(state, loaded)
             saved["verified"] = verified
-            return {"seconds": round(seconds, 3), "mb_per_s": round(size_mb / seconds, 1), "verified": verified}
+            return {"seconds": round(seconds, 3), "mb_per_s": round(size_mb / seconds, 1), "verified": verified,
+                    **_program_usage(monitor)}
 
         if saved["status"] == "ok":
             run.cell({**base, "op": "load"}, load)
@@ -196,6 +202,20 @@ def _single_route_cells(run: Any, uri: str, scratch: str, label: str, state: dic
             run.bar.update()
         with contextlib.suppress(Exception):
             plugin.remove_checkpoint(path)
+
+
+def _program_pid(plugin: Any) -> int | None:
+    """The mount program's pid for a mount route (its plugin has a handle), else None."""
+    from mountctl.pytorch.training.checkpoint_routes import MountCheckpointIO
+
+    return plugin.handle.pid if isinstance(plugin, MountCheckpointIO) else None
+
+
+def _program_usage(monitor: ResourceMonitor) -> dict[str, Any]:
+    """The mount program's CPU and peak RSS during the cell (none for a route without a mount)."""
+    usage = monitor.usage
+    return {} if usage.program_peak_rss_mb is None else {"program_cpu_pct": round(usage.program_cpu_pct or 0.0, 1),
+                                                          "program_peak_rss_mb": round(usage.program_peak_rss_mb, 1)}
 
 
 def _free_port() -> int:
@@ -212,16 +232,19 @@ def _dcp_cells(run: Any, uri: str, megabytes: int, route: str, errors: tuple[typ
     size_mb = megabytes * (1 << 20) / 1e6  # the state is ``megabytes`` MiB, as the single-route cells'
     base = {"cell": "checkpoint", "route": route, "state": _synthetic_label(megabytes), "size_mb": round(size_mb, 1), "ranks": 2}
     with contextlib.ExitStack() as stack:
-        where = uri + "dcp-s3/"
+        where, program = uri + "dcp-s3/", None
         try:
             if route.startswith("dcp-mount/"):
                 backend = route.split("/", 1)[1]
                 handle = stack.enter_context(mountctl.mount(uri + f"dcp-mount-{backend}/", backend=backend,
                                                             read_only=False, settings=run.settings))
-                where = os.path.join(handle.path, "ckpt")
+                where, program = os.path.join(handle.path, "ckpt"), handle.pid
             timeout = 120 + megabytes / 5
-            done = subprocess.run([sys.executable, "-m", __name__, where, str(megabytes), str(_free_port())],
-                                  capture_output=True, text=True, timeout=timeout, check=False)
+            # The ranks resolve S3 from their environment: the store being measured (a far proxy's endpoint).
+            with ResourceMonitor(program) as monitor:  # both ops: the child times them, not this process
+                done = subprocess.run([sys.executable, "-m", __name__, where, str(megabytes), str(_free_port())],
+                                      capture_output=True, text=True, timeout=timeout, check=False,
+                                      env=run.settings.child_env())
             if done.returncode != 0:
                 raise RuntimeError(f"the DCP ranks failed: {done.stderr.strip().splitlines()[-1:]}")
             figures = json.loads(done.stdout.strip().splitlines()[-1])
@@ -236,7 +259,8 @@ def _dcp_cells(run: Any, uri: str, megabytes: int, route: str, errors: tuple[typ
         for op in ("save", "load"):
             seconds = figures[f"{op}_s"]
             run.cell({**base, "op": op}, lambda s=seconds: {
-                "seconds": round(s, 3), "mb_per_s": round(size_mb / s, 1), "verified": figures["verified"]})
+                "seconds": round(s, 3), "mb_per_s": round(size_mb / s, 1), "verified": figures["verified"],
+                **_program_usage(monitor)})
         if not where.startswith("s3://"):
             import shutil
 
@@ -272,27 +296,28 @@ def run_checkpoint_cells(run: Any, uri: str, scratch: str, errors: tuple[type[Ba
 
 
 def add_checkpoint_ratios(cells: list[dict[str, Any]]) -> None:
-    """Each checkpoint cell against local disk for the same state and op, in the same run."""
-    local = {(c["state"], c["op"]): c["mb_per_s"] for c in cells
+    """Each checkpoint cell against local disk for the same state and op, in the same run and store."""
+    local = {(c.get("store"), c["state"], c["op"]): c["mb_per_s"] for c in cells
              if c["cell"] == "checkpoint" and c["route"] == LOCAL and c["status"] == "ok"}
     for row in cells:
         if row["cell"] == "checkpoint" and row["status"] == "ok":
-            base = local.get((row["state"], row["op"]))
+            base = local.get((row.get("store"), row["state"], row["op"]))
             row["ratio_to_local_disk"] = round(row["mb_per_s"] / base, 3) if base else None
 
 
 def checkpoint_rows(cells: list[dict[str, Any]]) -> tuple[list[str], list[list[Any]]]:
     """The Markdown table of the checkpoint cells: header and rows."""
-    header = ["state", "op", "route", "size MB", "MB/s", "x local disk", "verified"]
-    rows = [[c["state"], c["op"], c["route"], c["size_mb"], c.get("mb_per_s"), c.get("ratio_to_local_disk"),
-             c.get("verified")] if c["status"] == "ok" else [c["state"], c["op"], c["route"], c["size_mb"],
-                                                              c["status"], "", ""]
+    header = ["store", "state", "op", "route", "size MB", "MB/s", "x local disk", "verified",
+              "program peak RSS MB"]
+    rows = [[c.get("store"), c["state"], c["op"], c["route"], c["size_mb"], c.get("mb_per_s"),
+             c.get("ratio_to_local_disk"), c.get("verified"), c.get("program_peak_rss_mb")] if c["status"] == "ok"
+            else [c.get("store"), c["state"], c["op"], c["route"], c["size_mb"], c["status"], "", "", ""]
             for c in cells if c["cell"] == "checkpoint"]
     return header, rows
 
 
 def checkpoint_bars(cells: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
-    """For the chart: MB/s per route, per "state op" group."""
+    """For the chart: MB/s per route, per "state op" group (the caller picks one store's cells)."""
     bars: dict[str, dict[str, float]] = {}
     for c in cells:
         if c["cell"] == "checkpoint" and c["status"] == "ok":

@@ -12,6 +12,7 @@ from typing import Any
 
 from mountctl import BACKEND_NAMES, InvalidSpec
 from mountctl.pytorch.benchmark.config import ACCELERATORS, PRESETS, SUITES
+from mountctl.pytorch.benchmark.stores import STORE_CHOICES
 from mountctl.pytorch.data.sources import SOURCE_KINDS
 from mountctl.pytorch.data.sources.mountpoint import add_mountpoint_arguments, mountpoint_options
 
@@ -36,7 +37,7 @@ def add_bench_arguments(bench: argparse.ArgumentParser) -> None:
                        help="s3://bucket/prefix/: the sweep makes (or reuses) its datasets under it "
                        f"(default: {DEFAULT_URI} on the embedded local S3, started if it is not running); "
                        "with --source-kind, a dataset written by `make`")
-    bench.add_argument("--quick", action="store_true", help="a reduced sweep: one dataset, 2 workers")
+    bench.add_argument("--quick", action="store_true", help="a reduced sweep: one dataset, 2 workers (both stores)")
     bench.add_argument("--preset", choices=list(PRESETS), default=None, help="sweep preset (--quick = quick)")
     bench.add_argument("--num-workers", type=_counts, default=None, help="worker counts, e.g. 1,2,4")
     bench.add_argument("--shard-sizes", type=_words, default=None, help="e.g. 16MB,100MB")
@@ -56,8 +57,19 @@ def add_bench_arguments(bench: argparse.ArgumentParser) -> None:
                        help="only the limits, bytes-path and random-read cells (no loader or training cells)")
     bench.add_argument("--bytes-readers", type=_counts, default=None,
                        help="parallel readers of the bytes-path cells (default 1,4)")
+    bench.add_argument("--peers", type=_words, default=None,
+                       help="peer libraries read the same samples in their own formats (default litdata,streaming; "
+                       "'' for none)")
     bench.add_argument("--suite", choices=SUITES, default="all",
                        help="all (default): every cell; checkpoint: only checkpoint save/load on every route")
+    bench.add_argument("--store", choices=STORE_CHOICES, default="both",
+                       help="local: the endpoint itself; far: the same bucket through a far-store proxy (S3's "
+                       "latency and per-connection rate); both (default): every cell in each. An endpoint that is "
+                       "not on this machine is recorded as store \"remote\" and no proxy is started")
+    bench.add_argument("--far-latency-ms", type=float, default=None,
+                       help="far store: delay added to each request (default: the proxy's profile)")
+    bench.add_argument("--far-rate-mb-s", type=float, default=None,
+                       help="far store: MB/s per connection (default: the proxy's profile)")
     bench.add_argument("--out", default="bench-results", help="where the JSON, Markdown and PNG go")
     bench.add_argument("--no-progress", action="store_true")
     bench.add_argument("--seed", type=int, default=0)
@@ -101,7 +113,8 @@ def run_bench(args: argparse.Namespace) -> int:
         "accelerator": args.accelerator, "decode": args.decode, "bytes_readers": args.bytes_readers,
         "bytes_cells": False if args.no_bytes else None, "loader_cells": False if args.bytes_only else None,
         "train": False if (args.no_train or args.bytes_only) else None, "out": args.out,
-        "progress": not args.no_progress, "seed": args.seed, "suite": args.suite}
+        "progress": not args.no_progress, "seed": args.seed, "suite": args.suite, "store": args.store,
+        "far_latency_ms": args.far_latency_ms, "far_rate_mb_s": args.far_rate_mb_s, "peers": args.peers}
     config = preset(args.preset or ("quick" if args.quick else "full"), **overrides)  # bad input fails here
     with uri_or_embedded(args.uri, DEFAULT_URI):
         result = run_sweep(config)

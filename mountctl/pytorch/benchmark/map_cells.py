@@ -123,8 +123,9 @@ def map_cells(run: Any, shard_manifest: Manifest, shard_uri: str, shard_dataset:
     from mountctl.pytorch.benchmark.limits import LocalDiskSource
 
     config, settings = run.config, run.settings
-    files_uri, files_manifest = _files_dataset(config, settings)
-    local_files = LocalDiskSource(_copy_files(settings, files_uri, files_manifest, f"{scratch}/map-files"))
+    # Made and copied through the endpoint itself (run.origin); read through the store being measured.
+    files_uri, files_manifest = _files_dataset(config, run.origin)
+    local_files = LocalDiskSource(_copy_files(run.origin, files_uri, files_manifest, f"{scratch}/map-files"))
     images = _images(config)
     plans = [("files", files_uri, files_manifest, local_files, _files_label(config)),
              ("shards-random", shard_uri, shard_manifest, local_shards, shard_dataset)]
@@ -155,7 +156,10 @@ def map_cells(run: Any, shard_manifest: Manifest, shard_uri: str, shard_dataset:
 
 
 def add_map_ratios(cells: list[dict[str, Any]]) -> None:
-    """files: x the local-disk read with no read-ahead (ImageFolder's way); shards-random: x sequential."""
+    """files: x the local-disk read with no read-ahead (ImageFolder's way); shards-random: x sequential.
+
+    Both within the same store.
+    """
     def find(**match: Any) -> dict[str, Any] | None:
         return next((c for c in cells if c["status"] == "ok" and all(c.get(k) == v for k, v in match.items())),
                     None)
@@ -164,23 +168,23 @@ def add_map_ratios(cells: list[dict[str, Any]]) -> None:
         if row["cell"] != "map" or row["status"] != "ok":
             continue
         local = find(cell="map", layout=row["layout"], source=LOCAL, num_workers=row["num_workers"],
-                     readahead_threads=0)
+                     readahead_threads=0, store=row.get("store"))
         row["ratio_to_local_disk"] = round(row["samples_per_s"] / local["samples_per_s"], 3) if local else None
         if row["layout"] == "shards-random":
             sequential = find(cell="loader", source=row["source"], dataset=row["dataset"],
-                              num_workers=row["num_workers"])
+                              num_workers=row["num_workers"], store=row.get("store"))
             row["ratio_to_sequential"] = (round(row["samples_per_s"] / sequential["samples_per_s"], 3)
                                           if sequential else None)
 
 
 def map_markdown(cells: list[dict[str, Any]], table: Callable[[list[str], list[list[Any]]], str]) -> str:
-    rows = [[c["layout"], c["num_workers"], c["source"], c["readahead_threads"], c.get("samples_per_s"),
-             c.get("mb_per_s"), c.get("ratio_to_local_disk"), c.get("ratio_to_sequential"), c.get("loader_cpu_pct"),
-             c.get("daemon_cpu_pct")] if c["status"] == "ok" else
-            [c["layout"], c["num_workers"], c["source"], c["readahead_threads"], c["status"]] + [""] * 5
-            for c in cells if c["cell"] == "map"]
+    rows = [[c.get("store"), c["layout"], c["num_workers"], c["source"], c["readahead_threads"],
+             c.get("samples_per_s"), c.get("mb_per_s"), c.get("ratio_to_local_disk"), c.get("ratio_to_sequential"),
+             c.get("loader_cpu_pct"), c.get("program_cpu_pct"), c.get("program_peak_rss_mb")] if c["status"] == "ok"
+            else [c.get("store"), c["layout"], c["num_workers"], c["source"], c["readahead_threads"], c["status"]]
+            + [""] * 6 for c in cells if c["cell"] == "map"]
     if not rows:
         return ""
     return ("## Map-style: one object (files) or one shard range (shards-random) per sample\n\n" + table(
-        ["layout", "workers", "source", "read-ahead threads", "samples/s", "MB/s", "x local disk",
-         "x sequential", "loader CPU %", "daemon CPU %"], rows))
+        ["store", "layout", "workers", "source", "read-ahead threads", "samples/s", "MB/s", "x local disk",
+         "x sequential", "loader CPU %", "program CPU %", "program peak RSS MB"], rows))

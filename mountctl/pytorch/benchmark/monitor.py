@@ -1,4 +1,4 @@
-"""``ResourceMonitor``: CPU and peak RSS of the loader processes and of the mount daemon during one cell.
+"""``ResourceMonitor``: CPU and peak RSS of the loader processes and of the mount program during one cell.
 
 A daemon thread samples with psutil every ``interval_s``.  The loader
 processes are this process plus the children that appear during the cell
@@ -29,8 +29,8 @@ class Usage:
     seconds: float
     loader_cpu_pct: float  # 100 = one core busy
     loader_peak_rss_mb: float
-    daemon_cpu_pct: float | None
-    daemon_peak_rss_mb: float | None
+    program_cpu_pct: float | None
+    program_peak_rss_mb: float | None
 
     def to_dict(self) -> dict[str, Any]:
         return {k: (round(v, 1) if isinstance(v, float) else v) for k, v in self.__dict__.items()}
@@ -52,7 +52,7 @@ class ResourceMonitor:
         self._start_cpu: dict[int, float] = {}
         self._last_cpu: dict[int, float] = {}
         self._peak_loader_rss = 0
-        self._peak_daemon_rss = 0
+        self._peak_program_rss = 0
         self._started = 0.0
         self._usage: Usage | None = None
 
@@ -84,7 +84,7 @@ class ResourceMonitor:
             try:
                 with self._program.oneshot():
                     self._last_cpu[-1] = _cpu(self._program)
-                    self._peak_daemon_rss = max(self._peak_daemon_rss, self._program.memory_info().rss)
+                    self._peak_program_rss = max(self._peak_program_rss, self._program.memory_info().rss)
             except psutil.Error:
                 pass
 
@@ -117,8 +117,8 @@ class ResourceMonitor:
             seconds=seconds,
             loader_cpu_pct=100 * used(loader_pids) / seconds,
             loader_peak_rss_mb=self._peak_loader_rss / 2**20,
-            daemon_cpu_pct=100 * used([-1]) / seconds if self._program is not None else None,
-            daemon_peak_rss_mb=self._peak_daemon_rss / 2**20 if self._program is not None else None)
+            program_cpu_pct=100 * used([-1]) / seconds if self._program is not None else None,
+            program_peak_rss_mb=self._peak_program_rss / 2**20 if self._program is not None else None)
 
     @property
     def usage(self) -> Usage:

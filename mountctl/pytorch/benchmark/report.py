@@ -7,6 +7,7 @@ import os
 from typing import Any
 
 from mountctl.pytorch.benchmark.checkpoint_cells import checkpoint_bars, checkpoint_rows
+from mountctl.pytorch.benchmark.side_by_side import side_by_side
 
 __all__ = ["write_report", "markdown"]
 
@@ -51,6 +52,26 @@ def _pair(epochs: dict[int, dict[str, Any]], field: str) -> tuple[Any, Any]:
     return _at(epochs, 1, field), _at(epochs, 2, field)
 
 
+def _peak(epochs: dict[int, dict[str, Any]]) -> Any:
+    """The mount program's peak RSS over both epochs (one mount serves both)."""
+    peaks = [row.get("program_peak_rss_mb") for row in epochs.values() if row["status"] == "ok"]
+    return max((p for p in peaks if p is not None), default=None)
+
+
+def _stores(result: dict[str, Any]) -> list[str]:
+    """The run's stores in the order they ran (a run from before stores existed: its cells' own)."""
+    return list(result.get("stores") or dict.fromkeys(c.get("store", "local") for c in result["cells"]))
+
+
+def _store_line(name: str, about: dict[str, Any]) -> str:
+    if name == "far":
+        return (f"far = a far-store proxy before the same endpoint, {about.get('latency_ms')} ms per request and "
+                f"{about.get('rate_mb_s')} MB/s per connection")
+    if name == "remote":
+        return f"remote = {about.get('endpoint')} (a store not on this machine: no proxy)"
+    return f"{name} = the endpoint itself ({about.get('endpoint')})"
+
+
 def markdown(result: dict[str, Any]) -> str:
     cells, machine = result["cells"], result["machine"]
     parts = [f"# mountctl bench {result['started']}",
@@ -58,47 +79,55 @@ def markdown(result: dict[str, Any]) -> str:
              f"GPU: {machine['gpu'] or 'none'}; load average {machine['load_average']} at start, "
              f"{machine.get('load_average_end')} at end; endpoint {result['endpoint']}; "
              f"{result['seconds']} s in all."]
+    stores = _stores(result)
+    parts.append("Stores: " + "; ".join(_store_line(name, about) for name, about in result.get("stores", {}).items())
+                 + ".")
+    parts.append("## Stores side by side (each ratio: to the limit in the same store and run)\n\n"
+                 + _table(*side_by_side(cells, stores)))
     parts.append("## Limits (same run)\n\n" + _table(
-        ["dataset", "shards", "raw GET MB/s", "raw GET samples/s", "GET threads"],
-        [[c["dataset"], c.get("shards"), c.get("mb_per_s"), c.get("samples_per_s"), c.get("threads")]
-         if c["status"] == "ok" else [c["dataset"], c.get("shards"), c["status"], "", ""]
+        ["store", "dataset", "shards", "raw GET MB/s", "raw GET samples/s", "GET threads"],
+        [[c.get("store"), c["dataset"], c.get("shards"), c.get("mb_per_s"), c.get("samples_per_s"), c.get("threads")]
+         if c["status"] == "ok" else [c.get("store"), c["dataset"], c.get("shards"), c["status"], "", ""]
          for c in _ok(cells, "raw-get")]))
     parts.append("## Loader: read + decode, no model (epochs 1 and 2 side by side)\n\n" + _table(
-        ["dataset", "workers", "source", "samples/s e1", "samples/s e2", "MB/s e1", "MB/s e2", "x local disk e1",
-         "x local disk e2", "x raw GET e1", "x raw GET e2", "loader CPU % e1", "daemon CPU % e1", "daemon CPU % e2",
-         "loader peak RSS MB", "daemon peak RSS MB"],
+        ["store", "dataset", "workers", "source", "samples/s e1", "samples/s e2", "MB/s e1", "MB/s e2", "x local disk e1",
+         "x local disk e2", "x raw GET e1", "x raw GET e2", "loader CPU % e1", "program CPU % e1", "program CPU % e2",
+         "loader peak RSS MB", "program peak RSS MB"],
         [[*key, *_pair(e, "samples_per_s"), *_pair(e, "mb_per_s"), *_pair(e, "ratio_to_local_disk"),
-          *_pair(e, "ratio_to_raw_get"), _at(e, 1, "loader_cpu_pct"), *_pair(e, "daemon_cpu_pct"),
-          _at(e, 1, "loader_peak_rss_mb"), _at(e, 1, "daemon_peak_rss_mb")]
-         for key, e in _by_epoch(_ok(cells, "loader"), ("dataset", "num_workers", "source"))]))
+          *_pair(e, "ratio_to_raw_get"), _at(e, 1, "loader_cpu_pct"), *_pair(e, "program_cpu_pct"),
+          _at(e, 1, "loader_peak_rss_mb"), _at(e, 1, "program_peak_rss_mb")]
+         for key, e in _by_epoch(_ok(cells, "loader"), ("store", "dataset", "num_workers", "source"))]))
     parts.append("## Opening a source and the first sample\n\n" + _table(
-        ["dataset", "source", "open / mount start-up s", "first sample s"],
-        [[c["dataset"], c["source"], c.get("open_s"), c.get("first_sample_s")] if c["status"] == "ok"
-         else [c["dataset"], c["source"], c["status"], ""] for c in _ok(cells, "first-sample")]))
-    training = [(("synthetic on device", c.get("device"), c.get("precision"), "-"), {1: c, 2: c})
+        ["store", "dataset", "source", "open / mount start-up s", "first sample s", "program peak RSS MB"],
+        [[c.get("store"), c["dataset"], c["source"], c.get("open_s"), c.get("first_sample_s"),
+          c.get("program_peak_rss_mb")] if c["status"] == "ok"
+         else [c.get("store"), c["dataset"], c["source"], c["status"], "", ""] for c in _ok(cells, "first-sample")]))
+    training = [((c.get("store"), "synthetic on device", c.get("device"), c.get("precision"), "-"), {1: c, 2: c})
                 for c in _ok(cells, "ceiling")]
-    training += _by_epoch(_ok(cells, "train"), ("source", "device", "precision", "decode"))
+    training += _by_epoch(_ok(cells, "train"), ("store", "source", "device", "precision", "decode"))
     parts.append("## Training: ResNet-50 (epochs 1 and 2 side by side)\n\n" + _table(
-        ["source", "device", "precision", "decode", "images/s e1", "images/s e2", "x ceiling e1", "x ceiling e2",
-         "process CPU %", "daemon CPU %"],
+        ["store", "source", "device", "precision", "decode", "images/s e1", "images/s e2", "x ceiling e1",
+         "x ceiling e2", "process CPU %", "program CPU %", "program peak RSS MB"],
         [[*key, *_pair(e, "samples_per_s"), *_pair(e, "ratio_to_ceiling"), _at(e, 1, "loader_cpu_pct"),
-          _at(e, 1, "daemon_cpu_pct")] for key, e in training]))
+          _at(e, 1, "program_cpu_pct"), _at(e, 1, "program_peak_rss_mb")] for key, e in training]))
     parts.append("## Bytes path: tar walk, no decode (epochs 1 and 2 side by side)\n\n" + _table(
-        ["dataset", "source", "variant", "readers", "MB/s e1", "MB/s e2", "x raw GET e1", "x raw GET e2",
-         "reader CPU % e1", "reader CPU % e2", "daemon CPU % e1", "daemon CPU % e2"],
+        ["store", "dataset", "source", "variant", "readers", "MB/s e1", "MB/s e2", "x raw GET e1", "x raw GET e2",
+         "reader CPU % e1", "reader CPU % e2", "program CPU % e1", "program CPU % e2", "program peak RSS MB"],
         [[*key, *_pair(e, "mb_per_s"), *_pair(e, "ratio_to_raw_get"), *_pair(e, "loader_cpu_pct"),
-          *_pair(e, "daemon_cpu_pct")]
-         for key, e in _by_epoch(_ok(cells, "bytes"), ("dataset", "source", "variant", "readers"))]))
+          *_pair(e, "program_cpu_pct"), _peak(e)]
+         for key, e in _by_epoch(_ok(cells, "bytes"), ("store", "dataset", "source", "variant", "readers"))]))
     parts.append("## Random reads: 64 KiB at random offsets, one reader\n\n" + _table(
-        ["dataset", "source", "variant", "MB/s", "reads/s", "p50 ms", "x s3io range", "reader CPU %",
-         "daemon CPU %"],
-        [[c["dataset"], c["source"], c.get("variant"), c.get("mb_per_s"), c.get("reads_per_s"), c.get("p50_ms"),
-          c.get("ratio_to_s3io_range"), c.get("loader_cpu_pct"), c.get("daemon_cpu_pct")] if c["status"] == "ok"
-         else [c["dataset"], c["source"], c.get("variant"), c["status"], "", "", "", "", ""]
+        ["store", "dataset", "source", "variant", "MB/s", "reads/s", "p50 ms", "x s3io range", "reader CPU %",
+         "program CPU %", "program peak RSS MB"],
+        [[c.get("store"), c["dataset"], c["source"], c.get("variant"), c.get("mb_per_s"), c.get("reads_per_s"),
+          c.get("p50_ms"), c.get("ratio_to_s3io_range"), c.get("loader_cpu_pct"), c.get("program_cpu_pct"),
+          c.get("program_peak_rss_mb")] if c["status"] == "ok"
+         else [c.get("store"), c["dataset"], c["source"], c.get("variant"), c["status"], "", "", "", "", "", ""]
          for c in _ok(cells, "random")]))
     from mountctl.pytorch.benchmark.map_cells import map_markdown
+    from mountctl.pytorch.benchmark.peers import peer_markdown
 
-    parts += [section for section in [map_markdown(cells, _table)] if section]
+    parts += [section for section in [map_markdown(cells, _table), peer_markdown(cells, _table)] if section]
     if any(c["cell"] == "checkpoint" for c in cells):
         parts.append("## Checkpoints: save and load per route\n\n" + _table(*checkpoint_rows(cells)))
     notes = [c["status"] for c in cells if c["cell"] == "gpu"]
@@ -133,35 +162,44 @@ def _grouped_bars(axes: Any, series: dict[str, dict[str, float]]) -> None:
 
 
 def _chart(result: dict[str, Any], path: str) -> None:
+    """One column of panels per store, rows shared so that a store's bars read against the other's."""
     import matplotlib
 
     matplotlib.use("Agg")  # files only: no display on a server
     import matplotlib.pyplot as plt
 
+    stores = _stores(result)
     ok = [c for c in result["cells"] if c["status"] == "ok"]
-    loaders = [c for c in ok if c["cell"] == "loader"]
-    training = [c for c in ok if c["cell"] == "ceiling"] + [c for c in ok if c["cell"] == "train"]
-    moved = [c for c in ok if c["cell"] == "bytes"]
-    checkpoints = any(c["cell"] == "checkpoint" for c in result["cells"])
-    heights = [2, 1] + [2] * bool(moved) + [1.5] * checkpoints
-    figure, axes = plt.subplots(len(heights), 1,
-                                figsize=(max(10, 0.45 * max(len(loaders), len(moved)) + 4), 4.5 * len(heights)),
+    per_store = {store: [c for c in ok if c.get("store", "local") == store] for store in stores}
+    widest = max((sum(c["cell"] in ("loader", "bytes") for c in cells) / 2 for cells in per_store.values()),
+                 default=0)
+    moved = any(c["cell"] == "bytes" for c in ok)
+    checkpoints = any(c["cell"] == "checkpoint" for c in ok)
+    heights = [2, 1] + [2] * moved + [1.5] * checkpoints
+    figure, axes = plt.subplots(len(heights), len(stores), squeeze=False, sharey="row",
+                                figsize=(len(stores) * max(8, 0.3 * widest + 3), 4.5 * len(heights)),
                                 gridspec_kw={"height_ratios": heights})
-    _bars(axes[0], loaders, lambda c: f"{c['dataset']}\n{c['source']} w={c['num_workers']}", "samples_per_s",
-          "samples/s (read + decode)", "Loader throughput per source, epochs 1 and 2 (local-disk is the limit)")
-    _bars(axes[1], training, lambda c: c.get("source", "ceiling"), "samples_per_s", "images/s",
-          "ResNet-50 training, epochs 1 and 2 (synthetic on device: the ceiling)")
-    if moved:
-        _bars(axes[2], moved, lambda c: f"{c['source']}\n{c['variant']} r={c['readers']}", "mb_per_s", "MB/s",
-              "Bytes path (tar walk, no decode), epochs 1 and 2; dashed: the parallel ranged GET limit")
-        for limit in (c for c in ok if c["cell"] == "raw-get"):
-            axes[2].axhline(limit["mb_per_s"], color="grey", linestyle="--", linewidth=1)
-    if checkpoints:
-        _grouped_bars(axes[-1], checkpoint_bars(result["cells"]))
-        axes[-1].set_ylabel("MB/s")
-        axes[-1].set_title("Checkpoint save and load per route (local-disk is the base)")
+    for column, store in enumerate(stores):
+        cells, panels = per_store[store], axes[:, column]
+        loaders = [c for c in cells if c["cell"] == "loader"]
+        training = [c for c in cells if c["cell"] == "ceiling"] + [c for c in cells if c["cell"] == "train"]
+        _bars(panels[0], loaders, lambda c: f"{c['source']}\nw={c['num_workers']}", "samples_per_s",
+              "samples/s (read + decode)", f"{store}: loader per source (local-disk is the limit)")
+        _bars(panels[1], training, lambda c: c.get("source", "ceiling"), "samples_per_s", "images/s",
+              f"{store}: ResNet-50 training (synthetic on device: the ceiling)")
+        if moved:
+            _bars(panels[2], [c for c in cells if c["cell"] == "bytes"],
+                  lambda c: f"{c['source']}\n{c['variant']} r={c['readers']}", "mb_per_s", "MB/s",
+                  f"{store}: bytes path, no decode; dashed: ranged-GET limit")
+            for limit in (c for c in cells if c["cell"] == "raw-get"):
+                panels[2].axhline(limit["mb_per_s"], color="grey", linestyle="--", linewidth=1)
+        if checkpoints:
+            _grouped_bars(panels[-1], checkpoint_bars(cells))
+            panels[-1].set_ylabel("MB/s")
+            panels[-1].set_title(f"{store}: checkpoint save and load per route")
+        panels[2 if moved else 0].tick_params(axis="x", labelrotation=90)  # the panel with the most bars
     figure.tight_layout()
-    figure.savefig(path, dpi=100)
+    figure.savefig(path, dpi=80)
     plt.close(figure)
 
 

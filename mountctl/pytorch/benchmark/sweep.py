@@ -5,6 +5,9 @@ then open each source once (mount start-up time is the mount's own cost),
 time its first sample and read an epoch at every worker count.  Then train
 ResNet-50 per source kind and, on the same model and Trainer, the ceiling.
 Ratios to the limits are filled in at the end from cells of the same run.
+All of it runs once per store (``stores.py``): through the endpoint itself and
+through a far-store proxy before it; every cell records its ``store``, and
+ratios compare cells of the same store.
 """
 
 from __future__ import annotations
@@ -31,6 +34,10 @@ from mountctl.pytorch.benchmark.config import DatasetSpec, SweepConfig
 from mountctl.pytorch.benchmark.facts import machine_facts, versions
 from mountctl.pytorch.benchmark.limits import LocalDiskSource, copy_shards, raw_get
 from mountctl.pytorch.benchmark.map_cells import add_map_ratios, map_cell_count, map_cells
+from mountctl.pytorch.benchmark.monitor import ResourceMonitor
+from mountctl.pytorch.benchmark.peer_data import check_peers_installed
+from mountctl.pytorch.benchmark.peers import peer_cell_count, peer_cells, peer_train_cells, prepare_peer_data
+from mountctl.pytorch.benchmark.stores import plan_stores
 from mountctl.pytorch.data.manifest import Manifest, load_manifest
 from mountctl.pytorch.data.sources import open_source
 from mountctl.pytorch.data.synthetic import MakeConfig, make_dataset, parse_size
@@ -78,9 +85,14 @@ def _opened(kind: str, uri: str, settings: S3Settings, backend: str, local: Loca
 class _Run:
     def __init__(self, config: SweepConfig, settings: S3Settings, bar: Any) -> None:
         self.config = config
-        self.settings = settings
+        self.origin = settings  # the endpoint itself: datasets are made (and copied to disk) through it
+        self.settings = settings  # the store being measured (a far-store proxy's endpoint for "far")
+        self.store = "local"
         self.bar = bar
         self.cells: list[dict[str, Any]] = []
+        # peers.py: each dataset's peer.json per peer (by dataset label), and the training dataset's.
+        self.peer_markers: dict[str, dict[str, dict[str, Any]]] = {}
+        self.peer_train: dict[str, dict[str, Any]] = {}
 
     def cell(self, base: dict[str, Any], measure: Callable[[], dict[str, Any]]) -> dict[str, Any]:
         self.bar.set_postfix_str(f"{base['cell']} {base.get('source', '')} {base.get('dataset', '')} "
@@ -109,7 +121,7 @@ def _dataset_cells(run: _Run, spec: DatasetSpec, manifest: Manifest, scratch: st
     uri = spec.uri(config.uri)
     base = {"dataset": spec.label, "num_images": manifest.num_images, "shard_size": spec.shard_size,
             "shards": len(manifest.shards), "bytes": manifest.total_bytes}
-    local = copy_shards(settings, uri, manifest, f"{scratch}/{spec.label}")
+    local = copy_shards(run.origin, uri, manifest, f"{scratch}/{spec.label}")
 
     def get() -> dict[str, Any]:
         got = raw_get(settings, uri, manifest, threads=config.get_threads, part_size=parse_size(config.get_part_size))
@@ -130,13 +142,17 @@ def _dataset_cells(run: _Run, spec: DatasetSpec, manifest: Manifest, scratch: st
                               for w in config.num_workers for e in EPOCHS]
                 run.bar.update(1 + len(config.num_workers) * len(EPOCHS))
                 continue
-            def first_sample(s: Any = source, t: float = open_s) -> dict[str, Any]:
-                return {"open_s": round(t, 3), **first_sample_cell(manifest, s)}
+            daemon = source.describe().get("mount_pid")
+
+            def first_sample(s: Any = source, t: float = open_s, pid: int | None = daemon) -> dict[str, Any]:
+                with ResourceMonitor(pid) as monitor:
+                    first = first_sample_cell(manifest, s)
+                return {"open_s": round(t, 3), **first, **monitor.usage.to_dict()}
 
             first = run.cell({"cell": "first-sample", **head}, first_sample)
             if first["status"] == "ok" and kind == "mountpoint":
                 first["mount_startup_s"] = first["open_s"]
-            opened.append((head, source, source.describe().get("mount_pid")))
+            opened.append((head, source, daemon))
         # Sources take turns at each worker count, so a change in the machine's load while the
         # sweep runs spreads over all of them instead of landing on one.
         # Epoch 2 right after epoch 1 on the same source: what a node-local cache gives back.
@@ -150,6 +166,7 @@ def _dataset_cells(run: _Run, spec: DatasetSpec, manifest: Manifest, scratch: st
                                                seed=config.seed, epoch=epoch - 1))
     if config.bytes_cells:
         _bytes_cells(run, manifest, uri, base, local)
+    peer_cells(run, manifest, uri, base, run.peer_markers.get(spec.label, {}))
 
 
 def _bytes_cells(run: _Run, manifest: Manifest, uri: str, base: dict[str, Any], local: LocalDiskSource) -> None:
@@ -208,36 +225,68 @@ def _add_ratios(cells: list[dict[str, Any]]) -> None:
     for row in cells:
         if row["status"] != "ok":
             continue
+        store = row.get("store")
         if row["cell"] == "loader":
             local = find("loader", source=LOCAL, dataset=row["dataset"], num_workers=row["num_workers"],
-                         epoch=row["epoch"])
-            get = find("raw-get", dataset=row["dataset"])
+                         epoch=row["epoch"], store=store)
+            get = find("raw-get", dataset=row["dataset"], store=store)
             row["ratio_to_local_disk"] = round(row["samples_per_s"] / local["samples_per_s"], 3) if local else None
             row["ratio_to_raw_get"] = round(row["mb_per_s"] / get["mb_per_s"], 3) if get else None
         elif row["cell"] == "bytes":
-            get = find("raw-get", dataset=row["dataset"])
+            get = find("raw-get", dataset=row["dataset"], store=store)
             row["ratio_to_raw_get"] = round(row["mb_per_s"] / get["mb_per_s"], 3) if get else None
         elif row["cell"] == "random":
-            ranged = find("random", kind="s3io", dataset=row["dataset"])
+            ranged = find("random", kind="s3io", dataset=row["dataset"], store=store)
             row["ratio_to_s3io_range"] = round(row["mb_per_s"] / ranged["mb_per_s"], 3) if ranged else None
         elif row["cell"] == "train":
-            ceiling = find("ceiling")  # synthetic batches already on the device: the same in every epoch
+            ceiling = find("ceiling", store=store)  # synthetic batches already on the device: the same in every epoch
             row["ratio_to_ceiling"] = round(row["samples_per_s"] / ceiling["samples_per_s"], 3) if ceiling else None
 
 
+def _store_cells(run: _Run, manifests: list[tuple[DatasetSpec, Manifest]], train_manifest: Manifest | None,
+                 gpu_missing: bool, scratch: str) -> None:
+    """Every cell once, through ``run.settings`` (one store)."""
+    config = run.config
+    for spec, manifest in manifests:
+        _dataset_cells(run, spec, manifest, scratch)
+    if manifests:  # map-style cells: the files layout, and random access into the first dataset
+        first, first_manifest = manifests[0]
+        map_cells(run, first_manifest, first.uri(config.uri), first.label,
+                  LocalDiskSource(f"{scratch}/{first.label}"), source_plan(config), scratch)
+    if train_manifest is not None and gpu_missing:
+        for cell in ("ceiling", "train"):
+            run.cells.append({"cell": cell, "status": "not run: --accelerator gpu but no CUDA device"})
+        run.bar.update((1 + len(source_plan(config)) * len(EPOCHS)) + len(run.peer_train) * len(EPOCHS))
+    elif train_manifest is not None:
+        _train_cells(run, train_manifest, config.train_dataset.uri(config.uri))
+        peer_train_cells(run, train_manifest, config.train_dataset.uri(config.uri), run.peer_train)
+    run_checkpoint_cells(run, config.uri, f"{scratch}/checkpoints", CELL_ERRORS)
+
+
 def run_sweep(config: SweepConfig, *, settings: S3Settings | None = None) -> dict[str, Any]:
-    """Measure every cell; return the run as one JSON-able dict (see ``report.py`` to write it)."""
+    """Measure every cell in each store; return the run as one JSON-able dict (see ``report.py`` to write it)."""
     from tqdm import tqdm
 
-    settings = settings or resolve()
+    plan = plan_stores(config.store, settings or resolve(), config.far_latency_ms, config.far_rate_mb_s)
+    settings, stores = plan.origin, plan.stores
     started = time.perf_counter()
     gpu_missing = config.accelerator == "gpu" and machine_facts()["gpu"] is None
     result: dict[str, Any] = {"started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                               "config": {k: v for k, v in config.__dict__.items()}, "machine": machine_facts(),
-                              "versions": versions(), "endpoint": settings.endpoint_url or "AWS S3"}
+                              "versions": versions(), "endpoint": settings.endpoint_url or "AWS S3",
+                              "stores": {store: {} for store in stores}}
     loaders = config.suite != "checkpoint"  # --suite checkpoint: the checkpoint cells alone
+    if loaders and config.peers:
+        check_peers_installed(config.peers)  # before anything is measured: a missing peer is a setup error
+    # Made once, through the endpoint itself; every store reads the same bytes.
     manifests = [(spec, _ensure_dataset(config, settings, spec)) for spec in config.datasets] if loaders else []
     train_manifest = _ensure_dataset(config, settings, config.train_dataset) if config.train and loaders else None
+    # Part of the dataset step (also through the endpoint itself): each peer's copy of the same samples,
+    # converted and checked where missing; one training cell per peer in a full run (--quick leaves them out).
+    peer_markers = {spec.label: prepare_peer_data(config, settings, spec.uri(config.uri), manifest)
+                    for spec, manifest in manifests}
+    peer_train = {} if train_manifest is None or config.quick else prepare_peer_data(
+        config, settings, config.train_dataset.uri(config.uri), train_manifest)
     sources = len(source_plan(config))
     routes = len(bytes_routes(config.loader_kinds, config.backends or installed_backends()))
     per_dataset = 1 + ((sources + 1) * (1 + len(config.num_workers) * len(EPOCHS)) if config.loader_cells else 0)
@@ -245,23 +294,23 @@ def run_sweep(config: SweepConfig, *, settings: S3Settings | None = None) -> dic
     total = len(manifests) * per_dataset + ((1 + sources * len(EPOCHS)) if train_manifest is not None else 0)
     total += map_cell_count(config, sources) if manifests else 0
     total += checkpoint_cell_count(config)
+    total += peer_cell_count(config, len(manifests), bool(peer_train))
     scratch = tempfile.mkdtemp(prefix="mountctl-bench-")
-    with tqdm(total=total, unit="cell", desc="bench", disable=not config.progress) as bar:
+    with tqdm(total=total * len(stores), unit="cell", desc="bench", disable=not config.progress) as bar:
         run = _Run(config, settings, bar)
+        run.peer_markers, run.peer_train = peer_markers, peer_train
         try:
-            for spec, manifest in manifests:
-                _dataset_cells(run, spec, manifest, scratch)
-            if manifests:  # map-style cells: the files layout, and random access into the first dataset
-                first, first_manifest = manifests[0]
-                map_cells(run, first_manifest, first.uri(config.uri), first.label,
-                          LocalDiskSource(f"{scratch}/{first.label}"), source_plan(config), scratch)
-            if train_manifest is not None and gpu_missing:
-                for cell in ("ceiling", "train"):
-                    run.cells.append({"cell": cell, "status": "not run: --accelerator gpu but no CUDA device"})
-                bar.update(1 + sources * len(EPOCHS))
-            elif train_manifest is not None:
-                _train_cells(run, train_manifest, config.train_dataset.uri(config.uri))
-            run_checkpoint_cells(run, config.uri, f"{scratch}/checkpoints", CELL_ERRORS)
+            for store in stores:
+                first, began = len(run.cells), time.perf_counter()
+                # The far store's proxy runs for its cells alone, and is stopped also on an error or Ctrl-C.
+                with plan.settings(store, f"{scratch}/far-proxy") as store_s3:
+                    run.settings, run.store = store_s3, store
+                    result["stores"][store] = {"endpoint": store_s3.endpoint_url or "AWS S3",
+                                               **(plan.profile.to_dict() if store == "far" else {})}
+                    _store_cells(run, manifests, train_manifest, gpu_missing, scratch)
+                for row in run.cells[first:]:
+                    row.setdefault("store", store)
+                result["stores"][store]["seconds"] = round(time.perf_counter() - began, 1)
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
     if config.accelerator != "gpu":

@@ -287,7 +287,9 @@ class Mount:
         """Bounded: answers within ``timeout_s`` (default: spec.probe_timeout_s) even if the mount hangs."""
         bound = self.spec.probe_timeout_s if timeout_s is None else timeout_s
         health = mount_health(self.path, self._backend, self._child, bound)
-        if health.ok and self._workdir is not None:
+        # Not only when healthy: s3fs answers the probe's lookup with EPERM once S3 refuses its key (a 403
+        # on HEAD), which reads as "unresponsive"; a remount without new credentials would fail the same way.
+        if health.state in ("healthy", "slow", "unresponsive") and self._workdir is not None:
             refused = self._auth_watch.refused(scratch.log_files(self._workdir))
             if refused and self._credentials_refused():
                 self._auth_refused = refused

@@ -100,9 +100,9 @@ def loader(source: str, kind: str, epoch: int, rate: float, **extra) -> dict:
 
 def test_the_comparison_sets_the_fastest_mount_against_the_faster_peer_per_epoch():
     cells = [loader("mountpoint/rclone", "mountpoint", 1, 800.0, program_cpu_pct=50.0),
-             loader("mountpoint/s3fs", "mountpoint", 1, 900.0, program_cpu_pct=40.0),
+             loader("mountpoint/s3fs", "mountpoint", 1, 900.0, program_cpu_pct=40.0, epoch_samples_per_s=700.0),
              loader("s3io", "s3io", 1, 2000.0),
-             loader("litdata", "peer", 1, 1000.0, peer="litdata"),
+             loader("litdata", "peer", 1, 1000.0, peer="litdata", epoch_samples_per_s=500.0),
              loader("streaming", "peer", 1, 600.0, peer="streaming"),
              loader("mountpoint/s3fs", "mountpoint", 2, 1200.0),
              loader("litdata", "peer", 2, 1100.0, peer="litdata"),
@@ -111,5 +111,6 @@ def test_the_comparison_sets_the_fastest_mount_against_the_faster_peer_per_epoch
     assert (first["mount"], first["faster_peer"], first["ratio_to_faster_peer"], first["target_met"]) == \
         ("mountpoint/s3fs", "litdata", 0.9, False)
     assert first["mount_cpu_pct"] == 140.0 and first["streaming_samples_per_s"] == 600.0
+    assert (first["mount_epoch_samples_per_s"], first["faster_peer_epoch_samples_per_s"]) == (700.0, 500.0)
     assert (second["epoch"], second["ratio_to_faster_peer"], second["target_met"]) == (2, 1.091, True)
     assert second["streaming_samples_per_s"] is None and second["store"] == "local"

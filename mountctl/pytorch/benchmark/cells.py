@@ -14,12 +14,12 @@ from typing import Any
 
 from mountctl import S3Settings
 from mountctl.pytorch.benchmark.monitor import ResourceMonitor
+from mountctl.pytorch.data.dataset import BATCH_TIMEOUT_S  # a wedged source fails the cell, never hangs it
 from mountctl.pytorch.data.manifest import Manifest
 from mountctl.pytorch.training.rates import rate_after_warmup
 
 __all__ = ["loader_cell", "first_sample_cell", "train_cell", "ceiling_cell", "BATCH_TIMEOUT_S"]
 
-BATCH_TIMEOUT_S = 300.0  # a bound on any one batch: a wedged source fails the cell instead of hanging the run
 
 
 def _per_sample_mb(manifest: Manifest) -> float:

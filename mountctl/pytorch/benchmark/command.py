@@ -13,6 +13,7 @@ from typing import Any
 from mountctl import BACKEND_NAMES, InvalidSpec
 from mountctl.pytorch.benchmark.config import ACCELERATORS, PRESETS, SUITES
 from mountctl.pytorch.benchmark.stores import STORE_CHOICES
+from mountctl.pytorch.data.device_decode import DECODE_CHOICES
 from mountctl.pytorch.data.sources import SOURCE_KINDS
 from mountctl.pytorch.data.sources.mountpoint import add_mountpoint_arguments, mountpoint_options
 
@@ -50,7 +51,7 @@ def add_bench_arguments(bench: argparse.ArgumentParser) -> None:
     bench.add_argument("--no-train", action="store_true", help="loader cells only")
     bench.add_argument("--accelerator", choices=ACCELERATORS, default="cpu",
                        help="gpu: training cells in 16-mixed on the GPU, plus the GPU-only ceiling")
-    bench.add_argument("--decode", choices=("auto", "cpu", "gpu"), default="auto",
+    bench.add_argument("--decode", choices=DECODE_CHOICES, default="auto",
                        help="training cells: where JPEGs are decoded (as `resnet.py train --decode`)")
     bench.add_argument("--no-bytes", action="store_true", help="no bytes-path or random-read cells")
     bench.add_argument("--bytes-only", action="store_true",

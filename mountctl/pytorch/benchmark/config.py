@@ -7,6 +7,7 @@ from dataclasses import dataclass, replace
 from mountctl import InvalidSpec, parse_s3_uri
 from mountctl.pytorch.benchmark.peer_data import PEERS
 from mountctl.pytorch.benchmark.stores import STORE_CHOICES, far_profile
+from mountctl.pytorch.data.device_decode import DECODE_CHOICES
 from mountctl.pytorch.data.sources import SOURCE_KINDS
 from mountctl.pytorch.data.synthetic import parse_size
 
@@ -111,8 +112,8 @@ class SweepConfig:
             raise InvalidSpec("the bytes cells need reader counts >= 1 and at least one random read")
         if not set(self.peers) <= set(PEERS):
             raise InvalidSpec(f"--peers takes {', '.join(PEERS)} (comma-separated, or '' for none), not {self.peers}")
-        if self.decode not in ("auto", "cpu", "gpu"):
-            raise InvalidSpec(f"--decode must be auto, cpu or gpu, not {self.decode!r}")
+        if self.decode not in DECODE_CHOICES:
+            raise InvalidSpec(f"--decode must be one of {', '.join(DECODE_CHOICES)}, not {self.decode!r}")
 
     @property
     def datasets(self) -> tuple[DatasetSpec, ...]:

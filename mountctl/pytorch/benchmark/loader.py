@@ -44,8 +44,7 @@ class BenchConfig:
 
 
 def bench_loader(config: BenchConfig, *, settings: S3Settings | None = None) -> dict[str, Any]:
-    from mountctl.pytorch.data.datamodule import BATCH_TIMEOUT_S
-    from mountctl.pytorch.data.dataset import EpochLoader, ShardDataset
+    from mountctl.pytorch.data.dataset import BATCH_TIMEOUT_S, EpochLoader, ShardDataset
     from mountctl.pytorch.training.rates import rate_after_warmup
 
     settings = settings or resolve()

@@ -24,6 +24,7 @@ from typing import Any
 
 from mountctl import MountctlError, S3Settings, parse_s3_uri, s3
 from mountctl.pytorch.benchmark.monitor import ResourceMonitor
+from mountctl.pytorch.data.dataset import BATCH_TIMEOUT_S
 from mountctl.pytorch.data.manifest import Manifest, load_manifest
 from mountctl.pytorch.training.rates import rate_after_warmup
 
@@ -31,7 +32,6 @@ __all__ = ["map_cells", "map_cell_count", "add_map_ratios", "map_markdown", "REA
 
 READAHEAD_THREADS = 16
 LOCAL = "local-disk"
-BATCH_TIMEOUT_S = 300.0
 # Class folders of the files dataset: ImageFolder data has many images per class folder (ImageNet ~1,300),
 # so a mount lists each folder once for many files; 1,000 classes over 2,000 images would not.
 FILES_CLASSES = 10

@@ -25,7 +25,8 @@ def test_log_dir_gets_a_metrics_csv_and_tensorboard_events_with_loss_and_images_
     with open(summary["metrics_csv"], newline="") as f:
         rows = list(csv.DictReader(f))
     assert rows and {"step", "epoch", "loss", "img/s"} <= set(rows[0])
-    assert float(rows[-1]["loss"]) > 0 and float(rows[-1]["img/s"]) > 0
+    last = [r for r in rows if r["loss"]][-1]  # epoch-end rows hold only data_wait_fraction
+    assert float(last["loss"]) > 0 and float(last["img/s"]) > 0
     # TensorBoard reads the same scalars back, at the same steps, from the event file beside metrics.csv.
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -33,9 +34,10 @@ def test_log_dir_gets_a_metrics_csv_and_tensorboard_events_with_loss_and_images_
     assert glob.glob(os.path.join(version_dir, "events.out.tfevents.*"))
     events = EventAccumulator(version_dir)
     events.Reload()
-    assert {"loss", "img/s"} <= set(events.Tags()["scalars"])
-    for tag in ("loss", "img/s"):
-        logged = {int(r["step"]): float(r[tag]) for r in rows if r[tag]}
+    tags = ("loss", "img/s", "data_wait_fraction")  # the last: DataWaitMonitor's, once per epoch
+    assert set(tags) <= set(events.Tags()["scalars"])
+    for tag in tags:
+        logged = {int(r["step"]): float(r[tag]) for r in rows if r.get(tag)}
         read_back = {e.step: e.value for e in events.Scalars(tag)}  # float32 in the event file
         assert logged and read_back.keys() == logged.keys()
         assert all(math.isclose(read_back[step], value, rel_tol=1e-6) for step, value in logged.items())

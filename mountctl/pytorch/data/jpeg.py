@@ -3,7 +3,7 @@
 torchvision 0.29 deprecates its image decoding in favour of TorchCodec, whose
 ``decode_jpeg`` runs libjpeg-turbo on the CPU and nvJPEG (a whole batch in
 one call) on CUDA.  Measured on the dataset's own JPEGs, one thread, it
-decodes as fast as torchvision's and 1.3-2x as fast as Pillow, with the same
+decodes as fast as torchvision's and 1.4-2.5x as fast as Pillow, with the same
 pixels (BENCHMARKS.md, "JPEG decoding: TorchCodec vs torchvision").
 """
 

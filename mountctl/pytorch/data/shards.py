@@ -106,7 +106,7 @@ def decode(sample: RawSample, image_size: int) -> tuple[torch.Tensor, int, int]:
     """(uint8 CHW image, ``image_size`` square, label, index).
 
     A JPEG already ``image_size`` square (what ``resnet.py make`` writes) is
-    decoded by TorchCodec: the same libjpeg-turbo pixels as Pillow, 1.3-2x the
+    decoded by TorchCodec: the same libjpeg-turbo pixels as Pillow, 1.3-2x its
     rate (BENCHMARKS.md, "JPEG decoding").  Anything else goes through Pillow,
     whose ``draft`` lets a large JPEG decode straight to a smaller scale, then a
     resize (shorter side) and a centre crop; Pillow also reads PNG and WebP.

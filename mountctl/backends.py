@@ -205,6 +205,7 @@ class S3fsFuse(Backend):
             # the free disk is at least MIN_CACHE_MB, room for s3fs's multipart buffers on top of it.
             cache = os.path.join(spec.cache_dir or workdir, "s3fs-cache")
             options += [f"use_cache={cache}", f"ensure_diskfree={plan.keep_free_mb}"]
+            options = _s3fs_parts_within(options, free_mb(spec.cache_dir or workdir) - plan.keep_free_mb)
             # The kernel's page cache keeps a file's pages across opens while its size and
             # mtime stay the same (FUSE's auto_cache), instead of dropping them at every open.
             options.append("auto_cache")
@@ -252,6 +253,17 @@ def _ownership_flags(spec: MountSpec) -> list[str]:
 # The least free space s3fs leaves on a cache disk, whatever the cap.
 
 
+def _s3fs_parts_within(options: list[str], room_mb: int) -> list[str]:
+    """Fewer parts in flight where the cache disk is small: s3fs refuses to start ("no enough disk space")
+    unless parallel_count x multipart_size fit above its ensure_diskfree floor (a quarter is left spare)."""
+    values = {option.partition("=")[0]: option.partition("=")[2] for option in options}
+    part = int(values.get("multipart_size") or 10)
+    fit = max(1, room_mb * 3 // 4 // part)
+    if int(values.get("parallel_count") or 5) <= fit:
+        return options
+    return [option for option in options if not option.startswith("parallel_count=")] + [f"parallel_count={fit}"]
+
+
 def _cache_plan(spec: MountSpec, workdir: str) -> CachePlan | None:
     """The cache this spec's program gets (``cache.plan_cache``: the one rule for every program), or None."""
     if not (spec.cache_dir or spec.cache_size_mb):
@@ -274,9 +286,9 @@ _UNIX_SOCKET_MAX = 107
 MIB = 1 << 20
 # rclone 1.75: 66 MiB RSS idle, ~30 MiB more while 4 readers stream (FUSE, HTTP, goroutines) with its buffers at
 # their smallest; the rest of the bound is its budget for read buffers.
-_RCLONE_BASE_MB = 104
-# With less than 48 MiB of buffers (a 12 MiB --max-buffer-memory) four readers with 16 chunk streams each
-# stalled for minutes; with 48 they streamed at 141 MiB RSS.
+_RCLONE_BASE_MB = 136  # measured 159 MiB peak with 4 readers and 24 MiB of buffers and chunks (merged defaults)
+# Measured with four readers: with 48 MiB of budget they streamed at 135-141 MiB RSS (buffers and chunks of
+# a half share each); with a --max-buffer-memory pool as well, the chunk reads stalled.
 _RCLONE_MIN_MB = _RCLONE_BASE_MB + 48
 _S3FS_BASE_MB = 24  # an idle s3fs 1.90 mount: 15 MiB RSS measured
 _MOUNT_S3_BASE_MB = 64
@@ -285,9 +297,9 @@ _STAT_ENTRY_BYTES = 400  # s3fs's stat cache: "100,000 entries (about 40MB)"
 
 
 def rclone_memory_flags(argv: list[str], memory_mb: int | None) -> list[str]:
-    """rclone's read buffers under ``memory_mb``: half the budget for read-ahead buffers (``--max-buffer-memory``
-    caps them all together; ``--buffer-size`` is a reader's share), half for chunks in flight (each of
-    ``_BOUNDED_READERS`` files gets ``--vfs-read-chunk-streams`` x ``--vfs-read-chunk-size`` within its share)."""
+    """rclone's read buffers under ``memory_mb``: each of ``_BOUNDED_READERS`` files gets a share of the budget,
+    half for its read-ahead (``--buffer-size``) and half for chunks in flight (``--vfs-read-chunk-streams`` x
+    ``--vfs-read-chunk-size``)."""
     if not memory_mb:
         return argv
     if memory_mb < _RCLONE_MIN_MB:
@@ -296,13 +308,16 @@ def rclone_memory_flags(argv: list[str], memory_mb: int | None) -> list[str]:
                           "or choose s3fs, which reads through temporary files")
     budget = memory_mb - _RCLONE_BASE_MB
     share = max(1, budget // 2 // _BOUNDED_READERS)
-    argv = _set_flag(argv, "--max-buffer-memory", f"{budget // 2}M")
+    # No --max-buffer-memory: with it, rclone 1.75's parallel chunk reads stalled for good under four readers
+    # (buffers and chunks wait on one pool); the per-reader buffer and streams below bound it instead.
     buffer = _rclone_size(_flag_value(argv, "--buffer-size"), 16 * MIB)
-    argv = _set_flag(argv, "--buffer-size", f"{min(buffer // MIB, share)}M" if buffer else "0")
+    # Each reader's buffer takes at most half its share of the pool: with four readers each holding a full
+    # share, rclone 1.75's parallel chunk reads found no buffer memory left and stalled.
+    argv = _set_flag(argv, "--buffer-size", f"{min(buffer // MIB, max(1, share // 2))}M" if buffer else "0")
     streams = int(_flag_value(argv, "--vfs-read-chunk-streams") or 0)
     if streams > 0:
         chunk = _rclone_size(_flag_value(argv, "--vfs-read-chunk-size"), 128 * MIB) or 128 * MIB
-        streams = min(streams, share)  # at least 1 MiB per stream
+        streams = max(1, min(streams, share // 2))  # at least 1 MiB per stream, within half the share
         chunk_mb = max(1, min(chunk // MIB, share // streams))
         argv = _set_flag(_set_flag(argv, "--vfs-read-chunk-streams", str(streams)), "--vfs-read-chunk-size",
                          f"{chunk_mb}M")

@@ -24,7 +24,7 @@ OBJECT_MB = 64
 READERS = 4
 # Each program's smallest bound that mountctl accepts: rclone's (below it its reads stalled), and s3fs's
 # (it reads through temporary files).
-BOUNDS_MB = {"rclone": 152, "s3fs": 64}
+BOUNDS_MB = {"rclone": 184, "s3fs": 64}
 # rclone read with many parallel chunk streams (the tuning a far store wants) would hold
 # READERS x 16 x 16 MiB = 1 GiB in flight unbounded: the bound must cap these flags too.
 _RCLONE_WIDE = ("--vfs-read-chunk-streams", "16", "--vfs-read-chunk-size", "16M")

@@ -138,8 +138,8 @@ def test_rclone_bound_caps_buffers_and_chunk_streams_whatever_flags_are_in_use()
     argv = ["rclone", "mount", "r:", "/m", "--buffer-size", "32M", "--vfs-read-chunk-streams=16",
             "--vfs-read-chunk-size", "64M", "--vfs-read-chunk-size-limit", "off"]
     bounded = rclone_memory_flags(argv, 256)
-    budget = 256 - 104
-    assert _value(bounded, "--max-buffer-memory") == f"{budget // 2}M"
+    budget = 256 - 136
+    assert "--max-buffer-memory" not in bounded  # with one shared pool, rclone 1.75's chunk reads stalled
     buffer_mb = int(_value(bounded, "--buffer-size").rstrip("M"))
     streams = int(_value(bounded, "--vfs-read-chunk-streams"))
     chunk_mb = int(_value(bounded, "--vfs-read-chunk-size").rstrip("M"))
@@ -156,9 +156,9 @@ def test_rclone_bound_keeps_flags_already_under_it():
 
 
 def test_rclone_refuses_a_bound_below_what_it_needs_to_run():
-    with pytest.raises(InvalidSpec, match="at least 152 MiB"):
-        rclone_memory_flags(["rclone"], 151)
-    assert "--max-buffer-memory" in rclone_memory_flags(["rclone"], 152)
+    with pytest.raises(InvalidSpec, match="at least 184 MiB"):
+        rclone_memory_flags(["rclone"], 183)
+    assert "--buffer-size" in rclone_memory_flags(["rclone"], 184)
 
 
 def test_rclone_gets_a_go_memory_limit_and_a_private_remote_control(tmp_path):
@@ -236,7 +236,7 @@ def test_a_training_mounts_bound_grows_with_what_the_plan_reads_at_once():
     from mountctl.pytorch.data.sources.mountpoint import memory_bound_mb
 
     one, four = memory_bound_mb(1), memory_bound_mb(4)
-    assert 4 * 64 <= four - one + 64 and four > one >= 152  # at least what rclone needs to read
+    assert 4 * 64 <= four - one + 64 and four > one >= 184  # at least what rclone needs to read
     assert memory_bound_mb(4, shards_ahead=2) == memory_bound_mb(12)
     MountSpec(uri="s3://bkt/", mount_dir="/m", memory_mb=memory_bound_mb(0))  # valid even for no workers
 

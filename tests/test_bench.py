@@ -141,7 +141,8 @@ def test_random_reads_cover_every_route_against_s3io_range_reads(sweep):
     for cell in random_cells:
         assert cell["status"] == "ok", cell
         assert cell["reads"] == config.random_reads and cell["read_size"] == READ_SIZE
-        assert cell["mb_per_s"] > 0 and cell["p50_ms"] > 0 and cell["ratio_to_s3io_range"] > 0
+        # a page-cached 64 KiB read can take under a microsecond: the median is not negative, the rate positive
+        assert cell["mb_per_s"] > 0 and cell["p50_ms"] >= 0 and cell["ratio_to_s3io_range"] > 0
     assert [c["ratio_to_s3io_range"] for c in random_cells if c["kind"] == "s3io"] == [1.0] * len(STORES)
 
 

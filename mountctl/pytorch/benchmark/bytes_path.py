@@ -218,5 +218,5 @@ def random_cell(manifest: Manifest, source: Any, uri: str, settings: S3Settings,
     finally:
         close()
     return {"mb_per_s": round(total / seconds / 1e6, 2), "reads_per_s": round(reads / seconds, 1),
-            "p50_ms": round(1000 * statistics.median(latencies), 2), "reads": reads, "read_size": READ_SIZE,
+            "p50_ms": round(1000 * statistics.median(latencies), 4), "reads": reads, "read_size": READ_SIZE,
             "readers": 1, **monitor.usage.to_dict()}

@@ -13,7 +13,6 @@ use this one module.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import glob
 import json
 import os
@@ -282,16 +281,9 @@ class LocalS3:
         """
         fd = os.open(self._path("start.lock"), os.O_RDWR | os.O_CREAT, 0o600)
         try:
-            deadline = time.monotonic() + timeout_s
-            while True:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    if time.monotonic() > deadline:
-                        raise LocalS3Error(f"another start of the local S3 server in {self.dir} held its lock for "
-                                           f"{timeout_s:g}s; see {self.log_path}", timeout_s=timeout_s) from None
-                    time.sleep(0.05)
+            if not paths.lock_within(fd, timeout_s, poll_s=0.05):
+                raise LocalS3Error(f"another start of the local S3 server in {self.dir} held its lock for "
+                                   f"{timeout_s:g}s; see {self.log_path}", timeout_s=timeout_s)
             return self._start_locked(buckets, timeout_s)
         finally:
             os.close(fd)  # releases the lock

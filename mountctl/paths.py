@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import secrets
@@ -10,7 +11,7 @@ from typing import Any
 
 from .errors import RegistryError
 
-__all__ = ["home", "private_dir", "runtime_dir", "registry_dir", "local_s3_dir", "managed_mounts_dir",
+__all__ = ["lock_within", "home", "private_dir", "runtime_dir", "registry_dir", "local_s3_dir", "managed_mounts_dir",
            "cache_root", "write_private", "write_private_json", "node_key"]
 
 
@@ -101,3 +102,20 @@ def node_key(*, wait_s: float = 5.0) -> bytes:
             raise RegistryError(f"the node key {path} holds {len(key)} bytes, not 32: remove it (shared mounts "
                                 "started with it are then seen as different requests) and try again")
         time.sleep(0.01)
+
+
+def lock_within(fd: int, timeout_s: float, poll_s: float = 0.02) -> bool:
+    """Take an exclusive flock on ``fd``, waiting at most ``timeout_s``: False when it stayed busy.
+
+    Non-blocking tries in a loop, because a blocking flock cannot be bounded and a wedged
+    holder must never hang the caller.
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(poll_s)

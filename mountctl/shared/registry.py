@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import fcntl
 import hashlib
 import json
 import os
@@ -102,18 +101,11 @@ class Registry:
         """Hold the directory's lock; bounded so a wedged peer cannot hang us."""
         fd = os.open(os.path.join(self.dir, self.key(mount_dir) + ".lock"), os.O_RDWR | os.O_CREAT, 0o600)
         try:
-            deadline = time.monotonic() + timeout_s
-            while True:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    if time.monotonic() > deadline:
-                        raise RegistryError(
-                            f"the registry lock for {mount_dir} stayed busy for {timeout_s:g}s; "
-                            "another mountctl process is stuck: see `mountctl status`",
-                            mount_dir=mount_dir, timeout_s=timeout_s) from None
-                    time.sleep(0.02)
+            if not paths.lock_within(fd, timeout_s):
+                raise RegistryError(
+                    f"the registry lock for {mount_dir} stayed busy for {timeout_s:g}s; "
+                    "another mountctl process is stuck: see `mountctl status`",
+                    mount_dir=mount_dir, timeout_s=timeout_s)
             yield
         finally:
             os.close(fd)  # closing releases the flock

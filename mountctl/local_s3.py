@@ -30,6 +30,7 @@ from typing import Any, TextIO
 from . import paths
 from .errors import LocalS3Error
 from .far_proxy import FarProfile, FarProxy
+from .local_s3_security import write_security_config
 from .logs import tail
 from .paths import write_private_json
 from .ports import GRPC_OFFSET as _GRPC_OFFSET
@@ -209,11 +210,12 @@ class LocalS3:
 
         add_identity(self, user, access_key, secret_key, timeout_s=timeout_s)
 
-    def revoke_identity(self, user: str, access_key: str, *, timeout_s: float = 30.0) -> None:
+    def revoke_identity(self, user: str, access_key: str, *, secret_key: str | None = None,
+                        timeout_s: float = 30.0) -> None:
         """Revoke a key added with ``add_identity``; returns once the server refuses it."""
         from .local_s3_identities import revoke_identity
 
-        revoke_identity(self, user, access_key, timeout_s=timeout_s)
+        revoke_identity(self, user, access_key, secret_key=secret_key, timeout_s=timeout_s)
 
     # -- state ----------------------------------------------------------------------------
 
@@ -302,6 +304,7 @@ class LocalS3:
             "actions": ["Admin", "Read", "Write", "List", "Tagging"],
         }]}
         write_private_json(self._path("identities.json"), identities)
+        write_security_config(self.dir)  # keeps other local users out of weed's own ports
         ports = self._choose_ports()
         data_dir = self._path("data")
         os.makedirs(data_dir, mode=0o700, exist_ok=True)
@@ -314,6 +317,7 @@ class LocalS3:
                 f"-log_max_size_mb={_LOG_MAX_SIZE_MB}",
                 "mini", f"-dir={data_dir}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
                 f"-s3.config={self._path('identities.json')}", "-webdav=false", "-master.telemetry=false",
+                "-admin.ui=false",
                 "-s3.port.iceberg=0", "-s3.port.lance=0",
                 # Keep weed's unix sockets in our private dir instead of /tmp.
                 f"-filer.localSocket={self._path('filer.sock')}", f"-s3.localSocket={self._path('s3.sock')}"]

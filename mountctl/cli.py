@@ -87,7 +87,7 @@ def _parser() -> argparse.ArgumentParser:
     d.add_argument("--uri", help="also check access to this bucket/prefix")
 
     c = commands.add_parser("cleanup", formatter_class=formatter,
-                            help="clear stale mounts and records left by crashed processes",
+                            help="clear stale mounts, records and servers left by crashed processes",
                             epilog="example:\n  mountctl cleanup")
     c.add_argument("--json", action="store_true", help="print JSON")
 
@@ -219,8 +219,9 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
 
 def _cmd_cleanup(args: argparse.Namespace) -> int:
     from .doctor import cleanup
+    from .orphans import stop_orphans
 
-    cleared = cleanup()
+    cleared = cleanup() + stop_orphans()
     if args.json:
         print(json.dumps({"cleared": cleared}, indent=2))
     else:
@@ -240,7 +241,7 @@ def _cmd_local_s3(args: argparse.Namespace) -> int:
         was_running = server.status().running
         status = server.start(buckets=tuple(args.bucket or [DEFAULT_BUCKET]), timeout_s=args.timeout)
         if far is not None:
-            status = server.start_far(far, timeout_s=args.timeout)
+            status = server.start_far(far, timeout_s=args.timeout, outlive_owner=True)
         elif args.profile == "local":
             server.stop_far()
             status = server.status()

@@ -46,7 +46,7 @@ from .processes import process_alive, process_identity
 from .programs import find_program
 from .teardown import spawn_with_parent_death_signal
 
-__all__ = ["FarProfile", "FarProxy", "render_config", "find_nginx"]
+__all__ = ["FarProfile", "FarProxy", "render_config", "find_nginx", "MAX_LATENCY_MS", "MIN_RATE_MB_S"]
 
 # Debian's package names, for every "not installed" message.
 _INSTALL_HINT = ("install Debian's nginx-light and libnginx-mod-http-lua (apt-get install nginx-light "
@@ -58,6 +58,12 @@ _PID = "nginx.pid"
 _TEMP = "temp"
 # Files and dirs the proxy makes in a workdir it did not create (all of them go at the stop).
 _MADE = (_CONF, _PID, _STATE, _TEMP, _LOG)
+# Past 10 s per request no S3 client gets through its own timeouts: that models an outage, not a far store.
+MAX_LATENCY_MS = 10_000.0
+# 1 kB/s; below it the cap would round to nginx's ``limit_rate 0``, which means unlimited.
+MIN_RATE_MB_S = 0.001
+# How long a readiness HEAD may take beyond the profile's own wait.
+_READY_TIMEOUT_S = 1.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -73,11 +79,15 @@ class FarProfile:
     rate_mb_s: float = 50.0
 
     def __post_init__(self) -> None:
-        for name, value, most in (("latency_ms", self.latency_ms, 60_000.0), ("rate_mb_s", self.rate_mb_s, 1e6)):
+        for name, value, least, most in (("latency_ms", self.latency_ms, 0.0, MAX_LATENCY_MS),
+                                         ("rate_mb_s", self.rate_mb_s, MIN_RATE_MB_S, 1e6)):
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
                 raise InvalidSpec(f"far profile: {name} must be a number, not {value!r}")
             if not 0 <= value <= most:
                 raise InvalidSpec(f"far profile: {name} must lie in 0..{most:g} (0 turns it off), not {value:g}")
+            if 0 < value < least:
+                # nginx's limit_rate is whole bytes per second, and 0 there means no cap at all.
+                raise InvalidSpec(f"far profile: {name} must be 0 (no cap) or at least {least:g}, not {value:g}")
 
     @property
     def rate_bytes_s(self) -> int:
@@ -312,7 +322,7 @@ class FarProxy:
                 "owner": None if outlive_owner else process_identity(),
                 "upstream": self.upstream_url, "profile": self.profile.to_dict(), "created_workdir": created,
                 "started_at": time.time()})
-            if self._wait_until_serving(child, port, deadline):
+            if self._wait_until_serving(child, port, deadline, _READY_TIMEOUT_S + self.profile.latency_ms / 1000):
                 return endpoint
             if "Address already in use" not in self._log_tail(2):
                 break
@@ -322,11 +332,13 @@ class FarProxy:
         self._stop(created_workdir=created, grace_s=5.0, keep_log=True)
         raise LocalS3Error(message, program="nginx", log_path=self.log_path, timeout_s=timeout_s)
 
-    def _wait_until_serving(self, child: subprocess.Popen[bytes], port: int, deadline: float) -> bool:
+    def _wait_until_serving(self, child: subprocess.Popen[bytes], port: int, deadline: float,
+                            answer_s: float) -> bool:
+        """The HEAD waits the profile's latency like any request: ``answer_s`` allows for it."""
         while time.monotonic() < deadline:
             if child.poll() is not None:
                 return False
-            if _answers_http(port):
+            if _answers_http(port, answer_s):
                 return True
             time.sleep(0.05)
         return False

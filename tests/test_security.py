@@ -85,7 +85,7 @@ def test_another_user_cannot_make_a_key_through_weed_shell(local_s3, other_user)
         # It cannot connect and retries: a bounded wait is the refusal.
         subprocess.run(["runuser", "-u", other_user, "--", local_s3.weed(), "shell",
                         f"-master=127.0.0.1:{_ports(local_s3)['master']}"], input=(line + "exit\n").encode(),
-                       capture_output=True, timeout=15, cwd="/")
+                       capture_output=True, timeout=8, cwd="/")
     settings = local_s3.settings(direct=True)
     intruder = S3Settings(endpoint_url=settings.endpoint_url, region=settings.region, access_key_id=access_key,
                           secret_access_key="intruder-secret-1")

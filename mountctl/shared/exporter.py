@@ -129,7 +129,7 @@ class MountCollector:
 
 # Health states that make a mounted mount broken for /readyz.  Any other state (slow, busy, not permitted for
 # this user, not probed yet) is a mount that serves its owner: no reason to take the node out of service.
-BROKEN_HEALTH = ("unresponsive", "dead", "unmounted", "unauthorized", "stale")
+BROKEN_HEALTH = ("unresponsive", "dead", "unmounted", "unauthorized")
 
 
 def readiness(rows: Iterable[dict[str, Any]]) -> tuple[bool, str]:

@@ -2,7 +2,9 @@
 
 One server per ``$MOUNTCTL_HOME``.  Its state lives in ``local-s3/`` there
 (0700): data, generated credentials (0600), the server's identities file
-(0600), the pid and ports of the running server, its output (``weed.log``) and
+(0600), ``security.toml`` and ``tls/`` (``local_s3_security``: weed's own ports closed
+to other local users), the runs that hold it (``owners.json``, ``local_s3_owners``),
+the pid and ports of the running server, its output (``weed.log``) and
 weed's own rotated log files (``logs/``; weed would put them in /tmp).  With the far
 profile a ``far_proxy.FarProxy`` runs in front of it from ``far-proxy/`` there, and the
 endpoint every client is given is the proxy's.  The CLI

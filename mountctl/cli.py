@@ -265,7 +265,12 @@ def _cmd_local_s3(args: argparse.Namespace) -> int:
               "use it with: eval \"$(mountctl local-s3 env)\"", file=sys.stderr)
         return 0
     if args.action == "stop":
-        print("local S3 stopped" if server.stop() else "local S3 was not running", file=sys.stderr)
+        from .local_s3_owners import read_owners
+
+        holders = ", ".join(str(owner["pid"]) for owner in read_owners(server.dir).live)
+        stopped = server.stop()
+        print(("local S3 stopped" + (f" (runs with pid {holders} were still using it)" if holders else ""))
+              if stopped else "local S3 was not running", file=sys.stderr)
         return 0
     if args.action == "status":
         status = server.status()

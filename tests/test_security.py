@@ -10,13 +10,16 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import pwd
 import secrets
 import shutil
+import signal
 import subprocess
 import time
 import uuid
 from collections.abc import Iterator
 
+import psutil
 import pytest
 from botocore.exceptions import ClientError
 
@@ -34,10 +37,18 @@ def other_user() -> Iterator[str]:
         missing("useradd, runuser and curl are needed to act as another local user")
     name = f"mctl{secrets.token_hex(4)}"
     subprocess.run(["useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", name], check=True, timeout=30)
+    uid = pwd.getpwnam(name).pw_uid
     try:
         yield name
     finally:
-        subprocess.run(["userdel", name], check=False, timeout=30)
+        # Nothing of the throwaway user may outlive the test (userdel refuses while it has processes).
+        left = [p for p in psutil.process_iter(["uids"]) if p.info["uids"] and p.info["uids"].real == uid]
+        for process in left:
+            with contextlib.suppress(psutil.Error):
+                process.kill()
+        psutil.wait_procs(left, timeout=10)
+        removed = subprocess.run(["userdel", name], capture_output=True, text=True, timeout=30)
+        assert removed.returncode == 0, f"the throwaway user {name} was not removed: {removed.stderr}"
 
 
 def _ports(server) -> dict[str, int]:
@@ -81,11 +92,17 @@ def test_another_user_cannot_make_a_key_through_weed_shell(local_s3, other_user)
     """Over gRPC, without the server's client certificate: no key is made."""
     access_key = "INTRUDER" + secrets.token_hex(6).upper()
     line = f"s3.configure -access_key={access_key} -secret_key=intruder-secret-1 -user=intruder -actions=Admin -apply\n"
-    with contextlib.suppress(subprocess.TimeoutExpired):
+    shell = subprocess.Popen(["runuser", "-u", other_user, "--", local_s3.weed(), "shell",
+                              f"-master=127.0.0.1:{_ports(local_s3)['master']}"], stdin=subprocess.PIPE,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd="/", start_new_session=True)
+    try:
         # It cannot connect and retries: a bounded wait is the refusal.
-        subprocess.run(["runuser", "-u", other_user, "--", local_s3.weed(), "shell",
-                        f"-master=127.0.0.1:{_ports(local_s3)['master']}"], input=(line + "exit\n").encode(),
-                       capture_output=True, timeout=8, cwd="/")
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            shell.communicate((line + "exit\n").encode(), timeout=8)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(shell.pid, signal.SIGKILL)  # runuser and the weed shell under it
+        shell.wait(timeout=10)
     settings = local_s3.settings(direct=True)
     intruder = S3Settings(endpoint_url=settings.endpoint_url, region=settings.region, access_key_id=access_key,
                           secret_access_key="intruder-secret-1")

@@ -45,8 +45,10 @@ _CONF = "nginx.conf"
 _LOG = "nginx.log"
 _PID = "nginx.pid"
 _TEMP = "temp"
+# One line per request the store answered, written only when asked (``log_requests``): tests count them.
+_REQUESTS = "requests.log"
 # Files and dirs the proxy makes in a workdir it did not create (all of them go at the stop).
-_MADE = (_CONF, _PID, _STATE, _TEMP, _LOG)
+_MADE = (_CONF, _PID, _STATE, _TEMP, _LOG, _REQUESTS)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -103,9 +105,16 @@ def _user_line() -> str:
     return f"user {user} {group};\n"
 
 
-def render_config(profile: FarProfile, *, upstream: str, port: int, workdir: str, modules_dir: str) -> str:
-    """nginx.conf for one proxy: ``upstream`` is ``host:port`` of the S3 server."""
+def render_config(profile: FarProfile, *, upstream: str, port: int, workdir: str, modules_dir: str,
+                  log_requests: bool = False) -> str:
+    """nginx.conf for one proxy: ``upstream`` is ``host:port`` of the S3 server.
+
+    ``log_requests`` writes one line per request (method, URI, status, bytes) to ``requests.log``,
+    unbuffered, so that a reader counts what a client really sent; off by default (it costs a write each).
+    """
     temp = os.path.join(workdir, _TEMP)
+    access = (f"log_format requests '$request_method $request_uri $status $body_bytes_sent';\n"
+              f"    access_log {os.path.join(workdir, _REQUESTS)} requests;") if log_requests else "access_log off;"
     lua = ""
     delay = ""
     if profile.latency_ms > 0:
@@ -121,7 +130,7 @@ lock_file {os.path.join(workdir, 'nginx.lock')};
 error_log {os.path.join(workdir, _LOG)} warn;
 events {{ worker_connections 4096; }}
 http {{
-    access_log off;
+    {access}
     server_tokens off;
     client_body_temp_path {temp}/body;
     proxy_temp_path {temp}/proxy;
@@ -187,7 +196,7 @@ class FarProxy:
     """
 
     def __init__(self, upstream_url: str, workdir: str, profile: FarProfile = FarProfile(), *,
-                 nginx: str | None = None) -> None:
+                 nginx: str | None = None, log_requests: bool = False) -> None:
         match = re.fullmatch(r"http://([^/:]+):(\d+)/?", upstream_url)
         if not match:
             raise InvalidSpec(f"far proxy: the upstream must be http://HOST:PORT (an S3 endpoint), not {upstream_url!r}")
@@ -196,6 +205,7 @@ class FarProxy:
         self.workdir = os.path.abspath(workdir)
         self.profile = profile
         self._nginx = nginx
+        self.log_requests = log_requests
         self._child: subprocess.Popen[bytes] | None = None
 
     # -- state ----------------------------------------------------------------------------
@@ -206,6 +216,11 @@ class FarProxy:
     @property
     def log_path(self) -> str:
         return self._path(_LOG)
+
+    @property
+    def requests_path(self) -> str:
+        """The request log (``log_requests=True``): ``METHOD URI STATUS BYTES`` per line."""
+        return self._path(_REQUESTS)
 
     def state(self) -> dict[str, Any] | None:
         """The running proxy's record, or None when none runs from this workdir."""
@@ -245,7 +260,8 @@ class FarProxy:
     def start(self, timeout_s: float = 30.0) -> str:
         """Start nginx and return its endpoint once it answers; a no-op when this proxy already runs."""
         state = self.state()
-        if state and state.get("upstream") == self.upstream_url and state.get("profile") == self.profile.to_dict():
+        if state and state.get("upstream") == self.upstream_url and state.get("profile") == self.profile.to_dict() \
+                and bool(state.get("log_requests")) == self.log_requests:
             return str(state["endpoint"])
         previous_port = state.get("port") if state else None
         if state:  # another profile or upstream: replace it, on the same port when it comes free
@@ -260,7 +276,7 @@ class FarProxy:
             port = previous_port if attempt == 0 and previous_port and port_free(previous_port) else \
                 free_port(what="the far-store proxy")
             conf = render_config(self.profile, upstream=self._upstream, port=port, workdir=self.workdir,
-                                 modules_dir=modules_dir)
+                                 modules_dir=modules_dir, log_requests=self.log_requests)
             with open(self._path(_CONF), "w") as f:
                 f.write(conf)
             endpoint = f"http://127.0.0.1:{port}"
@@ -275,6 +291,7 @@ class FarProxy:
             write_private_json(self._path(_STATE), {
                 "process": process_identity(child.pid), "endpoint": endpoint, "port": port,
                 "upstream": self.upstream_url, "profile": self.profile.to_dict(), "created_workdir": created,
+                "log_requests": self.log_requests,
                 "started_at": time.time()})
             if self._wait_until_serving(child, port, deadline):
                 return endpoint

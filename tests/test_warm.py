@@ -1,0 +1,126 @@
+"""Warming a mount's cache ahead of the loader: real mounts, real reads, requests counted at the store.
+
+After a warm, a loader's reads find every file in the program's cache (no GET); a warm is bounded in
+time, can be cancelled, reports what it could not read, and leaves no process behind.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+from request_log import LoggedStore, logged_store, read_every_file
+
+from mountctl import Mount, MountSpec
+from mountctl.warm import Warmer, warm
+
+FILES = 16
+SIZE = 64 * 1024
+
+
+@pytest.fixture(scope="module")
+def store(local_s3, tmp_path_factory):
+    # 50 ms per request: a warm of 16 files one at a time takes about a second, enough to stop it midway.
+    with logged_store(local_s3, str(tmp_path_factory.mktemp("warm")), files=FILES, size=SIZE,
+                      latency_ms=50.0) as logged:
+        yield logged
+
+
+def _spec(store: LoggedStore, root, cache, backend: str = "rclone", **options) -> MountSpec:
+    return MountSpec(uri=store.uri, mount_dir=str(root / "m"), backend=backend, cache_dir=str(cache),
+                     cache_size_mb=256, mount_timeout_s=60, **options)
+
+
+def _warm_readers(root: str) -> list[psutil.Process]:
+    found = []
+    for process in psutil.process_iter(["cmdline"]):
+        cmd = process.info["cmdline"] or []
+        if "mountctl.warm" in cmd and root in cmd:
+            found.append(process)
+    return found
+
+
+def test_after_a_warm_reading_every_file_sends_no_get(store, backend, mount_root, tmp_path):
+    with Mount(_spec(store, mount_root, tmp_path / "cache", backend), settings=store.settings) as mount:
+        before = store.mark()
+        report = warm(mount.path, store.names, timeout_s=120)
+        assert report.complete and report.files == FILES and report.bytes == FILES * SIZE, report
+        store.settle(before, "GET", FILES)
+        mark = store.mark()
+        assert read_every_file(mount.path, store.names) == FILES * SIZE
+        sent = store.since(mark)
+    assert sent["GET"] == 0, sent
+
+
+def test_a_mount_asked_to_warm_everything_fills_its_cache_by_itself(store, mount_root, tmp_path):
+    """No reader of ours: the requests the store sees are the warm's, one GET per file, and then a read costs none."""
+    with Mount(_spec(store, mount_root, tmp_path / "cache", warm="all"), settings=store.settings) as mount:
+        deadline = time.monotonic() + 120
+        while mount.warm_report is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert mount.warm_report is not None and mount.warm_report.complete, mount.warm_report
+        assert [e["event"] for e in mount.events if e["event"].startswith("warm")] == ["warming", "warmed"]
+        mark = store.mark()
+        read_every_file(mount.path, store.names)
+        assert store.since(mark)["GET"] == 0
+
+
+def test_a_missing_object_is_reported_and_the_rest_is_warmed(store, mount_root, tmp_path):
+    with Mount(_spec(store, mount_root, tmp_path / "cache"), settings=store.settings) as mount:
+        report = warm(mount.path, ["gone.jpg", *store.names[:4]], timeout_s=120)
+    assert report.missing == ["gone.jpg"]
+    assert report.files == 4 and not report.complete
+    assert "1 missing" in report.summary()
+
+
+def test_a_warm_stops_at_its_time_bound_and_leaves_no_reader(store, mount_root, tmp_path):
+    with Mount(_spec(store, mount_root, tmp_path / "cache"), settings=store.settings) as mount:
+        started = time.monotonic()
+        report = warm(mount.path, store.names, workers=1, timeout_s=0.5)
+        took = time.monotonic() - started
+        assert report.timed_out and report.files < FILES, report
+        assert took < 15, f"a warm bounded to 0.5 s returned after {took:.1f} s"
+        assert _warm_readers(mount.path) == []
+
+
+def test_a_cancelled_warm_ends_at_once_and_leaves_no_reader(store, mount_root, tmp_path):
+    with Mount(_spec(store, mount_root, tmp_path / "cache"), settings=store.settings) as mount:
+        warmer = Warmer(mount.path, store.names, workers=1, timeout_s=120).start()
+        time.sleep(0.3)
+        warmer.cancel()
+        report = warmer.wait()
+        assert report.cancelled and report.files < FILES, report
+        assert _warm_readers(mount.path) == []
+
+
+def test_unmounting_during_a_warm_stops_it(store, mount_root, tmp_path):
+    mount = Mount(_spec(store, mount_root, tmp_path / "cache", warm="all"), settings=store.settings).start()
+    path = mount.path
+    time.sleep(0.3)
+    mount.stop()  # must not wait for the warm, nor leave its reader holding the mount busy
+    assert _warm_readers(path) == []
+
+
+def test_cli_mount_warm_reads_the_listed_files_into_the_cache(store, local_s3, mount_root, tmp_path):
+    """`mountctl mount --warm LIST`: the supervisor warms the listed files with no reader of ours."""
+    listing = tmp_path / "files.txt"
+    listing.write_text("\n".join(store.names[:5]) + "\n")
+    env = {**os.environ, **local_s3.env(), "AWS_ENDPOINT_URL": store.settings.endpoint_url or ""}
+    mount_dir = str(mount_root / "cli")
+    command = [sys.executable, "-m", "mountctl", "mount", store.uri, mount_dir, "--backend", "rclone",
+               "--cache-dir", str(tmp_path / "cache"), "--warm", str(listing)]
+    mark = store.mark()
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "warming its cache" in done.stdout
+    try:
+        store.settle(mark, "GET", 5, timeout_s=60)
+        assert store.since(mark)["GET"] == 5
+    finally:
+        subprocess.run([sys.executable, "-m", "mountctl", "unmount", mount_dir], env=env, capture_output=True,
+                       timeout=120)
+

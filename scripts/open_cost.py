@@ -7,7 +7,7 @@ Starts its own SeaweedFS and a far-store proxy (20 ms, 50 MB/s) that logs every 
 ``--files`` objects of ``--size`` bytes, then for each program mounts the prefix with its cache on,
 lists the directory once (as ImageFolder does) and reads every file twice (epochs 1 and 2),
 one file at a time.  Prints requests per open by method and ms per open for each pass.
-``--program-flags default`` runs the flags mountctl used before issue #25 (for the before/after table).
+``--before`` also runs each program without the per-open flags (as before issue #25), side by side.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import os
 import tempfile
 import time
 
-from mountctl import Mount, MountSpec
+from mountctl import Mount, MountSpec, backends
 from mountctl.far_proxy import FarProfile, FarProxy
 from mountctl.local_s3 import LocalS3
 from mountctl.s3 import client as s3_client
@@ -41,6 +41,15 @@ def _requests(proxy: FarProxy, since: int) -> tuple[collections.Counter[str], in
     return counts, len(lines)
 
 
+_NOW = {"rclone_open_flags": backends.rclone_open_flags, "s3fs_open_options": backends.s3fs_open_options}
+
+
+def _per_open_flags(on: bool) -> None:
+    """The per-open flags of backends.py, or none (what mountctl passed before issue #25)."""
+    for name, function in _NOW.items():
+        setattr(backends, name, function if on else (lambda spec: []))
+
+
 def _read_all(root: str, names: list[str]) -> float:
     started = time.perf_counter()
     for name in names:
@@ -58,6 +67,7 @@ def main() -> None:
     parser.add_argument("--latency-ms", type=float, default=20.0)
     parser.add_argument("--warm", action="store_true", help="warm the cache (mountctl.warm) before epoch 1")
     parser.add_argument("--extra-arg", action="append", default=[], help="BACKEND=ARG, passed as is")
+    parser.add_argument("--before", action="store_true", help="also run without the per-open flags")
     parser.add_argument("--show", type=int, default=0, help="print the first N requests of each pass")
     args = parser.parse_args()
     global SHOW
@@ -76,7 +86,10 @@ def main() -> None:
                           FarProfile(latency_ms=args.latency_ms), log_requests=True) as endpoint:
                 proxy = FarProxy(direct.endpoint_url or "", os.path.join(home, "far"))
                 settings = dataclasses.replace(direct, endpoint_url=endpoint)
-                for backend in args.backend or ["rclone", "s3fs"]:
+                variants = [(b, v) for b in args.backend or ["rclone", "s3fs"]
+                            for v in (("before", "now") if args.before else ("now",))]
+                for backend, variant in variants:
+                    _per_open_flags(variant == "now")
                     extra = tuple(a.split("=", 1)[1] for a in args.extra_arg if a.startswith(backend + "="))
                     spec = MountSpec(uri=f"s3://{bucket}/opencost/", mount_dir=os.path.join(home, "mnt"),
                                      backend=backend, cache_dir=os.path.join(home, "cache"), cache_size_mb=1024,
@@ -89,16 +102,16 @@ def main() -> None:
                             started = time.perf_counter()
                             report = warm(mount.path, names)
                             counts, seen = _requests(proxy, seen)
-                            print(f"{backend} warm: {time.perf_counter() - started:.2f}s {report} {dict(counts)}")
+                            print(f"{backend} {variant} warm: {time.perf_counter() - started:.2f}s {report} {dict(counts)}")
                         listed = sorted(os.listdir(mount.path))
                         assert listed == names, listed[:5]
                         counts, seen = _requests(proxy, seen)
-                        print(f"{backend} listing: {dict(counts)}")
+                        print(f"{backend} {variant} listing: {dict(counts)}")
                         for epoch in (1, 2):
                             seconds = _read_all(mount.path, names)
                             counts, seen = _requests(proxy, seen)
                             per_open = {k: round(v / len(names), 2) for k, v in sorted(counts.items())}
-                            print(f"{backend} epoch {epoch}: {seconds * 1000 / len(names):.1f} ms per open, "
+                            print(f"{backend} {variant} epoch {epoch}: {seconds * 1000 / len(names):.1f} ms per open, "
                                   f"requests per open {per_open}")
                         if os.environ.get("OPEN_COST_KEEP_LOG"):
                             import glob

@@ -126,10 +126,14 @@ def main() -> None:
             direct = server.settings(direct=True)
             s3 = s3_client(direct)
             classes = [f"n{c:08d}" for c in range(args.classes)]
+            local = os.path.join(home, "local", "train")  # the same tree on local disk, the epoch-2 yardstick
             for c, name in enumerate(classes):
+                os.makedirs(os.path.join(local, name))
                 for i in range(args.per_class):
-                    s3.put_object(Bucket="mountctl", Key=f"std/train/{name}/{i:05d}.JPEG",
-                                  Body=_jpeg(c * 100_000 + i))
+                    body = _jpeg(c * 100_000 + i)
+                    s3.put_object(Bucket="mountctl", Key=f"std/train/{name}/{i:05d}.JPEG", Body=body)
+                    with open(os.path.join(local, name, f"{i:05d}.JPEG"), "wb") as f:
+                        f.write(body)
             with FarProxy(direct.endpoint_url or "", os.path.join(home, "far"), FarProfile()) as endpoint:
                 settings = dataclasses.replace(direct, endpoint_url=endpoint)
                 for name, value in server.env().items():
@@ -140,11 +144,15 @@ def main() -> None:
                         (f"ImageFolder, mount {backend}{' + warm' if warm_first else ''}", backend, warm_first)
                         for backend in args.backend or ["rclone", "s3fs"] for warm_first in (False, True)]
                     routes.append(("S3MapDataset (s3torchconnector)", None, False))
+                    routes.append(("ImageFolder, local disk", "local", False))
                     if round_ % 2:
                         routes.reverse()
                     for label, backend, warm_first in routes:
                         warm_s = ""
-                        if backend is None:
+                        if backend == "local":
+                            figures = _epochs(lambda: _loader(ImageFolder(local, loader=_read_image), args.workers,
+                                                              args.batch))
+                        elif backend is None:
                             dataset = _S3Images(settings, "s3://mountctl/std/train/", classes)
                             figures = _epochs(lambda d=dataset: _loader(d, args.workers, args.batch))
                         else:

@@ -185,7 +185,8 @@ def _cmd_status(args: argparse.Namespace) -> int:
         cache = f"{row['cache']['cache_size_mb']}MiB" if row.get("cache") else "none"
         print(f"{row['dir']}  {row['uri']}  backend={row['backend']} pid={row['pid']} state={row['state']} "
               f"health={health['state']}{latency} since={since} restarts={row['restarts']} holders={row['holders']} "
-              f"cache={cache}"
+              f"cache={cache}" + (f" warm={row['warm']['state']}" if row.get("warm") else "")
+              + (f"\n    warm: {row['warm']['detail']}" if row.get("warm") else "")
               + (f"\n    last error: {row['last_error']}" if row["last_error"] else ""))
     return 0
 

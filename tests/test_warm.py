@@ -6,6 +6,7 @@ time, can be cancelled, reports what it could not read, and leaves no process be
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -120,6 +121,13 @@ def test_cli_mount_warm_reads_the_listed_files_into_the_cache(store, local_s3, m
     try:
         store.settle(mark, "GET", 5, timeout_s=60)
         assert store.since(mark)["GET"] == 5
+        deadline, warm = time.monotonic() + 60, None
+        while time.monotonic() < deadline and (warm or {}).get("state") != "warmed":
+            shown = subprocess.run([sys.executable, "-m", "mountctl", "status", "--json"], env=env,
+                                   capture_output=True, text=True, timeout=60)
+            warm = next(row["warm"] for row in json.loads(shown.stdout)["mounts"] if row["dir"] == mount_dir)
+            time.sleep(0.2)
+        assert warm == {"state": "warmed", "detail": warm["detail"]} and warm["detail"].startswith("5 files"), warm
     finally:
         subprocess.run([sys.executable, "-m", "mountctl", "unmount", mount_dir], env=env, capture_output=True,
                        timeout=120)

@@ -53,12 +53,22 @@ def mount_figures(record: MountRecord, timeout_s: float) -> dict[str, Any]:
         "memory": {**program_memory(record.program_pid if supervisor_alive else None),
                    "bound_bytes": memory_mb * MIB if memory_mb else None},
         "cache": _cache_figures(record),
+        "warm": _warm_state(record),
         "program": {},
     }
     workdir = _workdir(record)
     if record.backend == "rclone" and workdir and supervisor_alive:
         row["program"] = rclone_figures(rclone_rc_socket(workdir))
     return row
+
+
+def _warm_state(record: MountRecord) -> dict[str, str] | None:
+    """The last word of the warm asked for at mount (``mountctl.warm``): warming, warmed, warm-incomplete or
+    warm-skipped with its summary; None when none was asked for."""
+    for event in reversed(record.events):
+        if str(event.get("event", "")).startswith("warm"):
+            return {"state": event["event"], "detail": event.get("detail", "")}
+    return None
 
 
 def _workdir(record: MountRecord) -> str | None:

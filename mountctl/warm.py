@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .errors import InvalidSpec
+from .teardown import spawn_with_parent_death_signal
 
 __all__ = ["WarmReport", "Warmer", "warm", "read_listing", "cache_budget_bytes", "WARM_ALL", "DEFAULT_WORKERS"]
 
@@ -104,7 +105,7 @@ class Warmer:
         self.budget_bytes = budget_bytes
         self.workers = workers
         self.timeout_s = timeout_s
-        self._child: subprocess.Popen[str] | None = None
+        self._child: subprocess.Popen[bytes] | None = None
         self._cancelled = threading.Event()
         self._started = 0.0
 
@@ -115,21 +116,21 @@ class Warmer:
         if self.names is not None:
             argv.append("--stdin")
         self._started = time.monotonic()
-        # Its own session: a cancel kills the reader and every thread of it, never our group.
-        self._child = subprocess.Popen(argv, stdin=subprocess.PIPE if self.names is not None else subprocess.DEVNULL,
-                                       stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                                       start_new_session=True, close_fds=True)
+        # Its own session: a cancel kills the reader and every thread of it, never our group.  The kernel
+        # also stops it when this process dies (a SIGKILLed supervisor must not leave a reader behind).
+        self._child = spawn_with_parent_death_signal(
+            argv, stdin=subprocess.PIPE if self.names is not None else subprocess.DEVNULL, stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True)
         if self.names is not None:
             threading.Thread(target=self._feed, args=(self._child, self.names), daemon=True,
                              name="mountctl-warm-feed").start()
         return self
 
     @staticmethod
-    def _feed(child: subprocess.Popen[str], names: list[str]) -> None:
+    def _feed(child: subprocess.Popen[bytes], names: list[str]) -> None:
         assert child.stdin is not None
         try:
-            for name in names:
-                child.stdin.write(name + "\n")
+            child.stdin.write("".join(name + "\n" for name in names).encode())
             child.stdin.close()
         except (BrokenPipeError, ValueError, OSError):  # killed meanwhile: nothing left to feed
             return
@@ -153,7 +154,7 @@ class Warmer:
 
         def read() -> None:
             assert child.stdout is not None
-            result.append(child.stdout.read())
+            result.append(child.stdout.read().decode(errors="replace"))
 
         reader = threading.Thread(target=read, daemon=True, name="mountctl-warm-read")
         reader.start()

@@ -132,3 +132,28 @@ def test_cli_mount_warm_reads_the_listed_files_into_the_cache(store, local_s3, m
         subprocess.run([sys.executable, "-m", "mountctl", "unmount", mount_dir], env=env, capture_output=True,
                        timeout=120)
 
+
+
+def test_a_warm_reader_dies_with_the_process_that_started_it(tmp_path):
+    """A named pipe with no writer stands in for a read that never returns (a wedged mount): the reader
+    blocks opening it, and must still go when its starter is SIGKILLed (no chance to cancel it)."""
+    os.mkfifo(tmp_path / "stuck")
+    starter = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time\n"
+        "from mountctl.warm import Warmer\n"
+        f"Warmer({str(tmp_path)!r}, ['stuck'], timeout_s=300).start()\n"
+        "print('started', flush=True)\n"
+        "time.sleep(300)\n")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert starter.stdout is not None and starter.stdout.readline().strip() == "started"
+        deadline = time.monotonic() + 30
+        while not _warm_readers(str(tmp_path)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _warm_readers(str(tmp_path)), "the warm reader never started"
+    finally:
+        starter.kill()
+        starter.wait(timeout=30)
+    deadline = time.monotonic() + 30
+    while _warm_readers(str(tmp_path)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _warm_readers(str(tmp_path)) == []

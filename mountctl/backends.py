@@ -130,6 +130,9 @@ class Rclone(Backend):
                      "--vfs-cache-max-size", f"{plan.size_mb}M",
                      "--vfs-cache-min-free-space", f"{plan.keep_free_mb}M",
                      "--vfs-cache-poll-interval", "5s"]
+            # rclone also evicts a file an hour after its last read (its default max age): an epoch longer
+            # than that would fetch the whole dataset again.  The size cap above is the bound that matters.
+            argv += ["--vfs-cache-max-age", _CACHE_MAX_AGE]
         argv += _ownership_flags(spec)
         # Its remote control on a socket in the private workdir (no auth needed, none on the command line):
         # the exporter reads rclone's own metrics and vfs/stats through it.
@@ -241,6 +244,7 @@ class S3fsFuse(Backend):
 
 
 # -- what one open costs: metadata and cache validation (docs/standard-loaders.md) --------------------
+_CACHE_MAX_AGE = "8760h"  # a year: in effect only the size cap evicts
 # Measured through a request-logging far store (scripts/open_cost.py, 20 ms per request): a loader that opens
 # one file per sample pays these round trips on every open, so they decide its rate, not the bandwidth.
 

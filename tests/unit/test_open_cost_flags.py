@@ -86,3 +86,8 @@ def test_the_far_proxy_logs_requests_only_when_asked(tmp_path):
 
     assert "access_log off;" in conf(False)
     assert f"access_log {tmp_path}/requests.log requests;" in conf(True)
+
+
+def test_rclones_cache_keeps_files_longer_than_an_epoch(programs, tmp_path):
+    argv = Rclone().command(_spec(tmp_path, cache_dir=str(tmp_path / "c"), cache_size_mb=1024), LOCAL, str(tmp_path))
+    assert argv[argv.index("--vfs-cache-max-age") + 1] == "8760h"

@@ -222,6 +222,9 @@ def _within_budget(root: str, names: list[str], budget: int | None, report: Warm
     """The files to read, in order, while their sizes fit ``budget``; a missing file is reported here."""
     chosen, total = [], 0
     for name in names:
+        if os.path.normpath(name).startswith(".."):
+            report.failed.append(f"{name}: outside the mount")
+            continue
         try:
             size = os.stat(os.path.join(root, name)).st_size
         except FileNotFoundError:

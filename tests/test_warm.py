@@ -157,3 +157,12 @@ def test_a_warm_reader_dies_with_the_process_that_started_it(tmp_path):
     while _warm_readers(str(tmp_path)) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert _warm_readers(str(tmp_path)) == []
+
+
+def test_a_listed_path_outside_the_directory_is_refused_and_reported(tmp_path):
+    (tmp_path / "inside").mkdir()
+    (tmp_path / "inside" / "a.jpg").write_bytes(b"a" * 10)
+    (tmp_path / "secret").write_bytes(b"s")
+    report = warm(str(tmp_path / "inside"), ["a.jpg", "../secret"], timeout_s=60)
+    assert report.files == 1 and report.bytes == 10
+    assert report.failed == ["../secret: outside the mount"]

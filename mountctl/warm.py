@@ -135,6 +135,11 @@ class Warmer:
         except (BrokenPipeError, ValueError, OSError):  # killed meanwhile: nothing left to feed
             return
 
+    @property
+    def pid(self) -> int | None:
+        """The reader's process id while it runs (it is a child of this process)."""
+        return self._child.pid if self._child is not None else None
+
     def in_background(self, on_done: Callable[[WarmReport], None]) -> Warmer:
         """Start, and hand the report to ``on_done`` from a daemon thread when the warm ends."""
         self.start()

@@ -139,24 +139,29 @@ def test_a_warm_reader_dies_with_the_process_that_started_it(tmp_path):
     blocks opening it, and must still go when its starter is SIGKILLed (no chance to cancel it)."""
     os.mkfifo(tmp_path / "stuck")
     starter = subprocess.Popen([sys.executable, "-c", (
-        "import sys, time\n"
+        "import time\n"
         "from mountctl.warm import Warmer\n"
-        f"Warmer({str(tmp_path)!r}, ['stuck'], timeout_s=300).start()\n"
-        "print('started', flush=True)\n"
+        f"warmer = Warmer({str(tmp_path)!r}, ['stuck'], timeout_s=300).start()\n"
+        "print(warmer.pid, flush=True)\n"
         "time.sleep(300)\n")], stdout=subprocess.PIPE, text=True)
     try:
-        assert starter.stdout is not None and starter.stdout.readline().strip() == "started"
-        deadline = time.monotonic() + 30
-        while not _warm_readers(str(tmp_path)) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert _warm_readers(str(tmp_path)), "the warm reader never started"
+        assert starter.stdout is not None
+        reader = psutil.Process(int(starter.stdout.readline()))
+        time.sleep(1)
+        assert reader.is_running() and reader.status() != psutil.STATUS_ZOMBIE, "the reader ended on its own"
     finally:
         starter.kill()
         starter.wait(timeout=30)
     deadline = time.monotonic() + 30
-    while _warm_readers(str(tmp_path)) and time.monotonic() < deadline:
+    while time.monotonic() < deadline:
+        try:
+            if reader.status() == psutil.STATUS_ZOMBIE:
+                break
+        except psutil.NoSuchProcess:  # stopped by the kernel and reaped
+            break
         time.sleep(0.1)
-    assert _warm_readers(str(tmp_path)) == []
+    else:
+        pytest.fail(f"the warm reader (pid {reader.pid}) still runs 30 s after its starter was killed")
 
 
 def test_a_listed_path_outside_the_directory_is_refused_and_reported(tmp_path):

@@ -68,6 +68,10 @@ def _parser() -> argparse.ArgumentParser:
     m.add_argument("--no-watchdog", action="store_true", help="do not remount automatically")
     m.add_argument("--extra-arg", action="append", default=[], metavar="ARG",
                    help="pass ARG to the mount program as is (repeatable)")
+    m.add_argument("--warm", nargs="?", const="all", metavar="LIST",
+                   help="once mounted, read files into the cache in the background, ahead of the loader: every "
+                        "file (no LIST, or 'all') or those listed in the file LIST, one path per line relative "
+                        "to the prefix; needs --cache-dir; only what fits the cache")
     m.add_argument("--memory-mb", type=int, metavar="MIB",
                    help="bound on the mount program's memory, turned into its own buffer flags (at least 64; "
                         "default: the program's defaults)")
@@ -142,13 +146,20 @@ def _cmd_mount(args: argparse.Namespace) -> int:
         uri=args.uri, mount_dir=args.dir, backend=args.backend, read_only=not args.read_write,
         cache_dir=args.cache_dir, cache_size_mb=args.cache_size_mb, metadata_ttl_s=args.metadata_ttl,
         endpoint_url=args.endpoint_url, region=args.region, uid=args.uid, gid=args.gid,
-        allow_other=args.allow_other, mount_timeout_s=args.timeout, memory_mb=args.memory_mb,
+        allow_other=args.allow_other, mount_timeout_s=args.timeout, memory_mb=args.memory_mb, warm=args.warm,
         extra_args={args.backend: tuple(args.extra_arg)} if args.extra_arg and args.backend != "auto" else {},
     )
     if args.extra_arg and args.backend == "auto":
         raise MountctlError("--extra-arg needs an explicit --backend: the arguments differ per program")
+    if args.warm and not args.cache_dir:
+        raise InvalidSpec("--warm reads files into the mount's data cache: add --cache-dir")
+    if args.warm:
+        from .warm import read_listing
+
+        read_listing(spec.warm or "all")  # a list that cannot be read fails here, not in the supervisor's log
     handle = acquire(spec, pinned=True, watchdog=not args.no_watchdog)
-    print(f"mounted {spec.uri} at {spec.mount_dir} with {handle.backend} (pid {handle.pid}); "
+    warming = "; warming its cache in the background" if args.warm else ""
+    print(f"mounted {spec.uri} at {spec.mount_dir} with {handle.backend} (pid {handle.pid}){warming}; "
           f"unmount with: mountctl unmount {shlex.quote(spec.mount_dir)}")
     return 0
 
@@ -189,7 +200,8 @@ def _cmd_status(args: argparse.Namespace) -> int:
         cache = f"{row['cache']['cache_size_mb']}MiB" if row.get("cache") else "none"
         print(f"{row['dir']}  {row['uri']}  backend={row['backend']} pid={row['pid']} state={row['state']} "
               f"health={health['state']}{latency} since={since} restarts={row['restarts']} holders={row['holders']} "
-              f"cache={cache}"
+              f"cache={cache}" + (f" warm={row['warm']['state']}" if row.get("warm") else "")
+              + (f"\n    warm: {row['warm']['detail']}" if row.get("warm") else "")
               + (f"\n    last error: {row['last_error']}" if row["last_error"] else ""))
     return 0
 

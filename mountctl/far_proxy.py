@@ -56,8 +56,10 @@ _CONF = "nginx.conf"
 _LOG = "nginx.log"
 _PID = "nginx.pid"
 _TEMP = "temp"
+# One line per request the store answered, written only when asked (``log_requests``): tests count them.
+_REQUESTS = "requests.log"
 # Files and dirs the proxy makes in a workdir it did not create (all of them go at the stop).
-_MADE = (_CONF, _PID, _STATE, _TEMP, _LOG)
+_MADE = (_CONF, _PID, _STATE, _TEMP, _LOG, _REQUESTS)
 # Past 10 s per request no S3 client gets through its own timeouts: that models an outage, not a far store.
 MAX_LATENCY_MS = 10_000.0
 # 1 kB/s; below it the cap would round to nginx's ``limit_rate 0``, which means unlimited.
@@ -124,9 +126,16 @@ def _user_line() -> str:
     return f"user {user} {group};\n"
 
 
-def render_config(profile: FarProfile, *, upstream: str, port: int, workdir: str, modules_dir: str) -> str:
-    """nginx.conf for one proxy: ``upstream`` is ``host:port`` of the S3 server."""
+def render_config(profile: FarProfile, *, upstream: str, port: int, workdir: str, modules_dir: str,
+                  log_requests: bool = False) -> str:
+    """nginx.conf for one proxy: ``upstream`` is ``host:port`` of the S3 server.
+
+    ``log_requests`` writes one line per request (method, URI, status, bytes) to ``requests.log``,
+    unbuffered, so that a reader counts what a client really sent; off by default (it costs a write each).
+    """
     temp = os.path.join(workdir, _TEMP)
+    access = (f"log_format requests '$request_method $request_uri $status $body_bytes_sent';\n"
+              f"    access_log {os.path.join(workdir, _REQUESTS)} requests;") if log_requests else "access_log off;"
     lua = ""
     delay = ""
     if profile.latency_ms > 0:
@@ -142,7 +151,7 @@ lock_file {os.path.join(workdir, 'nginx.lock')};
 error_log {os.path.join(workdir, _LOG)} warn;
 events {{ worker_connections 4096; }}
 http {{
-    access_log off;
+    {access}
     server_tokens off;
     client_body_temp_path {temp}/body;
     proxy_temp_path {temp}/proxy;
@@ -208,7 +217,7 @@ class FarProxy:
     """
 
     def __init__(self, upstream_url: str, workdir: str, profile: FarProfile = FarProfile(), *,
-                 nginx: str | None = None) -> None:
+                 nginx: str | None = None, log_requests: bool = False) -> None:
         match = re.fullmatch(r"http://([^/:]+):(\d+)/?", upstream_url)
         if not match:
             raise InvalidSpec(f"far proxy: the upstream must be http://HOST:PORT (an S3 endpoint), not {upstream_url!r}")
@@ -217,6 +226,7 @@ class FarProxy:
         self.workdir = os.path.abspath(workdir)
         self.profile = profile
         self._nginx = nginx
+        self.log_requests = log_requests
         self._child: subprocess.Popen[bytes] | None = None
 
     # -- state ----------------------------------------------------------------------------
@@ -227,6 +237,11 @@ class FarProxy:
     @property
     def log_path(self) -> str:
         return self._path(_LOG)
+
+    @property
+    def requests_path(self) -> str:
+        """The request log (``log_requests=True``): ``METHOD URI STATUS BYTES`` per line."""
+        return self._path(_REQUESTS)
 
     def state(self) -> dict[str, Any] | None:
         """The running proxy's record, or None when none runs from this workdir."""
@@ -288,7 +303,8 @@ class FarProxy:
 
     def _start_locked(self, timeout_s: float, outlive_owner: bool) -> str:
         state = self.state()
-        if state and state.get("upstream") == self.upstream_url and state.get("profile") == self.profile.to_dict():
+        if state and state.get("upstream") == self.upstream_url and state.get("profile") == self.profile.to_dict() \
+                and bool(state.get("log_requests")) == self.log_requests:
             return str(state["endpoint"])
         previous_port = state.get("port") if state else None
         if state:  # another profile or upstream: replace it, on the same port when it comes free
@@ -303,7 +319,7 @@ class FarProxy:
             port = previous_port if attempt == 0 and previous_port and port_free(previous_port) else \
                 free_port(what="the far-store proxy")
             conf = render_config(self.profile, upstream=self._upstream, port=port, workdir=self.workdir,
-                                 modules_dir=modules_dir)
+                                 modules_dir=modules_dir, log_requests=self.log_requests)
             with open(self._path(_CONF), "w") as f:
                 f.write(conf)
             endpoint = f"http://127.0.0.1:{port}"
@@ -321,6 +337,7 @@ class FarProxy:
                 "process": process_identity(child.pid), "endpoint": endpoint, "port": port,
                 "owner": None if outlive_owner else process_identity(),
                 "upstream": self.upstream_url, "profile": self.profile.to_dict(), "created_workdir": created,
+                "log_requests": self.log_requests,
                 "started_at": time.time()})
             if self._wait_until_serving(child, port, deadline, _READY_TIMEOUT_S + self.profile.latency_ms / 1000):
                 return endpoint

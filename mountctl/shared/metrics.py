@@ -64,6 +64,7 @@ def record_figures(record: MountRecord) -> dict[str, Any]:
         "pinned": record.pinned, "log": record.log_path, "endpoint": record.identity.get("s3", {}).get("endpoint"),
         "memory": {"rss_bytes": None, "peak_rss_bytes": None, "bound_bytes": memory_mb * MIB if memory_mb else None},
         "cache": _cache_settings(record),
+        "warm": _warm_state(record),
         "program": {},
     }
 
@@ -104,6 +105,15 @@ def combine(row: dict[str, Any], probed: dict[str, Any] | None) -> dict[str, Any
                                                          "error": "not probed yet"}
     row["up"] = row["state"] == "mounted" and row["health"].get("state") in UP_HEALTH
     return row
+
+
+def _warm_state(record: MountRecord) -> dict[str, str] | None:
+    """The last word of the warm asked for at mount (``mountctl.warm``): warming, warmed, warm-incomplete or
+    warm-skipped with its summary; None when none was asked for."""
+    for event in reversed(record.events):
+        if str(event.get("event", "")).startswith("warm"):
+            return {"state": event["event"], "detail": event.get("detail", "")}
+    return None
 
 
 def _workdir(record: MountRecord) -> str | None:

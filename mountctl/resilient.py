@@ -34,6 +34,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from .backoff import OUTAGE_BOUND_ENV, outage_bound_s
 from .mounttable import covering_mount, find_mount
 
 __all__ = ["open_resilient", "ResilientReader", "RETRYABLE_ERRNOS", "outage_bound_s", "OUTAGE_BOUND_ENV",
@@ -48,21 +49,7 @@ T = TypeVar("T")
 # How long a reader waits for a mount that ended a file early to be replaced before reading through it again.
 _DISTRUST_S = 10.0
 
-OUTAGE_BOUND_ENV = "MOUNTCTL_OUTAGE_BOUND_S"
-DEFAULT_OUTAGE_BOUND_S = 120.0
 STALL_NOTICE_S = 5.0  # a read stalled this long is reported (once per outage and process)
-
-
-def outage_bound_s() -> float:
-    """How long reads wait for an unreachable store before failing: $MOUNTCTL_OUTAGE_BOUND_S, else 120 s."""
-    value = os.environ.get(OUTAGE_BOUND_ENV, "")
-    try:
-        bound = float(value) if value else DEFAULT_OUTAGE_BOUND_S
-    except ValueError:
-        raise ValueError(f"{OUTAGE_BOUND_ENV}={value!r} is not a number of seconds; set it to e.g. 300") from None
-    if bound <= 0:
-        raise ValueError(f"{OUTAGE_BOUND_ENV}={value!r} must be a positive number of seconds")
-    return bound
 
 
 def _gone(path: str) -> FileNotFoundError:

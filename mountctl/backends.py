@@ -184,7 +184,9 @@ class S3fsFuse(Backend):
             f"stat_cache_expire={max(1, int(spec.metadata_ttl_s))}",
             f"logfile={os.path.join(workdir, 'logs', 's3fs.log')}",
             "dbglevel=warn",
-            "retries=3",
+            # A store that throttles (503 SlowDown) is retried, with s3fs's own growing wait, rather than
+            # failing the read: at 30 % SlowDown, 3 retries failed readdir and the first reads.
+            "retries=10",
             "connect_timeout=10",
             "readwrite_timeout=60",
             # 20 ranged GETs of 5 MB in flight per read: on the far profile 285 / 372 MB/s with

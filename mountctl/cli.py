@@ -128,6 +128,8 @@ def _parser() -> argparse.ArgumentParser:
                        help="local: the server as it is (the default for a new start); far: behind the proxy")
     start.add_argument("--latency-ms", type=float, help="far: wait per request, ms (default 20)")
     start.add_argument("--rate-mb-s", type=float, help="far: cap per connection, MB/s (default 50; 0 = none)")
+    start.add_argument("--slowdown-pct", type=float,
+                       help="far: answer this %% of GETs and HEADs with S3's 503 SlowDown (default 0)")
     actions.add_parser("stop", help="stop the server", epilog="example:\n  mountctl local-s3 stop",
                        formatter_class=formatter)
     st = actions.add_parser("status", help="running or not, endpoint, pid",
@@ -303,11 +305,11 @@ def _far_profile(args: argparse.Namespace) -> FarProfile | None:
     """The far profile the start asks for, or None; a far option without ``--profile far`` is a mistake."""
     from .far_proxy import FarProfile
 
-    given = {name: value for name, value in (("latency_ms", args.latency_ms), ("rate_mb_s", args.rate_mb_s))
-             if value is not None}
+    given = {name: value for name, value in (("latency_ms", args.latency_ms), ("rate_mb_s", args.rate_mb_s),
+                                             ("slowdown_pct", args.slowdown_pct)) if value is not None}
     if args.profile != "far":
         if given:
-            raise InvalidSpec("--latency-ms and --rate-mb-s shape the far profile: add --profile far")
+            raise InvalidSpec("--latency-ms, --rate-mb-s and --slowdown-pct shape the far profile: add --profile far")
         return None
     return FarProfile(**given)
 

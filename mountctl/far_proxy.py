@@ -79,10 +79,14 @@ class FarProfile:
 
     latency_ms: float = 20.0
     rate_mb_s: float = 50.0
+    # Share of GETs and HEADs (LIST included) answered with S3's own 503 SlowDown instead of being
+    # forwarded: what a prefix over its request rate sees when many nodes start one job at once.
+    slowdown_pct: float = 0.0
 
     def __post_init__(self) -> None:
         for name, value, least, most in (("latency_ms", self.latency_ms, 0.0, MAX_LATENCY_MS),
-                                         ("rate_mb_s", self.rate_mb_s, MIN_RATE_MB_S, 1e6)):
+                                         ("rate_mb_s", self.rate_mb_s, MIN_RATE_MB_S, 1e6),
+                                         ("slowdown_pct", self.slowdown_pct, 0.0, 100.0)):
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
                 raise InvalidSpec(f"far profile: {name} must be a number, not {value!r}")
             if not 0 <= value <= most:
@@ -126,6 +130,25 @@ def _user_line() -> str:
     return f"user {user} {group};\n"
 
 
+# The body S3 sends with a 503 when a prefix is over its request rate; clients classify it by <Code>.
+SLOWDOWN_BODY = ('<?xml version="1.0" encoding="UTF-8"?><Error><Code>SlowDown</Code>'
+                 '<Message>Please reduce your request rate.</Message><RequestId>mountctl-far-proxy</RequestId></Error>')
+
+
+def _access_lua(profile: FarProfile) -> str:
+    """The per-request Lua: the latency first, then (for a share of GETs and HEADs) S3's SlowDown answer."""
+    parts = []
+    if profile.latency_ms > 0:
+        parts.append(f"ngx.sleep({profile.latency_ms / 1000:.6f})")
+    if profile.slowdown_pct > 0:
+        parts.append(
+            'local m = ngx.req.get_method() '
+            f'if (m == "GET" or m == "HEAD") and math.random() * 100 < {profile.slowdown_pct:.6f} then '
+            'ngx.status = 503 ngx.header["Content-Type"] = "application/xml" '
+            f"ngx.print('{SLOWDOWN_BODY}') return ngx.exit(503) end")
+    return " ".join(parts)
+
+
 def render_config(profile: FarProfile, *, upstream: str, port: int, workdir: str, modules_dir: str,
                   log_requests: bool = False) -> str:
     """nginx.conf for one proxy: ``upstream`` is ``host:port`` of the S3 server.
@@ -138,11 +161,11 @@ def render_config(profile: FarProfile, *, upstream: str, port: int, workdir: str
               f"    access_log {os.path.join(workdir, _REQUESTS)} requests;") if log_requests else "access_log off;"
     lua = ""
     delay = ""
-    if profile.latency_ms > 0:
+    if profile.latency_ms > 0 or profile.slowdown_pct > 0:
         # The Lua module needs the NDK loaded first.  ngx.sleep yields, so waiting requests cost no worker.
         lua = (f"load_module {os.path.join(modules_dir, 'ndk_http_module.so')};\n"
                f"load_module {os.path.join(modules_dir, 'ngx_http_lua_module.so')};\n")
-        delay = f"            access_by_lua_block {{ ngx.sleep({profile.latency_ms / 1000:.6f}) }}\n"
+        delay = f"            access_by_lua_block {{ {_access_lua(profile)} }}\n"
     return f"""# written by mountctl.far_proxy; every path is under {workdir}
 {lua}{_user_line()}daemon off;
 worker_processes auto;
@@ -271,12 +294,12 @@ class FarProxy:
         return found
 
     def _check_modules(self, modules_dir: str) -> None:
-        if self.profile.latency_ms <= 0:
+        if self.profile.latency_ms <= 0 and self.profile.slowdown_pct <= 0:
             return
         for module in ("ndk_http_module.so", "ngx_http_lua_module.so"):
             if not os.path.exists(os.path.join(modules_dir, module)):
                 raise LocalS3Error(f"nginx's Lua module is missing ({module} not in {modules_dir}); the far store's "
-                                   f"latency needs it: {_INSTALL_HINT}", program="nginx")
+                                   f"latency and SlowDown answers need it: {_INSTALL_HINT}", program="nginx")
 
     @contextlib.contextmanager
     def locked(self, timeout_s: float) -> Iterator[None]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import re
 import signal
 import subprocess
 import threading
@@ -22,15 +23,25 @@ from typing import Any, Protocol
 
 from . import scratch
 from .backends import BACKENDS, Backend, choose_backend
+from .backoff import OUTAGE_BOUND_ENV, outage_bound_s
 from .cache import CachePlan, plan_cache, prepare_mount_cache, remove_mount_cache
-from .errors import AlreadyMounted, CredentialsError, MountDirError, MountDirGone, MountFailed, MountTimeout, StaleMount
+from .errors import (
+    AlreadyMounted,
+    CredentialsError,
+    MountctlError,
+    MountDirError,
+    MountDirGone,
+    MountFailed,
+    MountTimeout,
+    StaleMount,
+)
 from .fusectl import force_clear, unmount
 from .health import AuthWatch, Health, mount_health
 from .logs import tail
 from .mounttable import MountEntry, find_mount, read_mount_table
 from .probe import probe_path
 from .redaction import redact
-from .s3 import S3Settings, check_bucket_access, refresh_credentials, resolve
+from .s3 import S3Settings, check_bucket_access, refresh_credentials, resolve, store_throttling
 from .spec import MountSpec
 from .teardown import spawn_with_parent_death_signal, track, untrack
 from .warm import Warmer, WarmReport, cache_budget_bytes, read_listing
@@ -39,6 +50,8 @@ from .watchdog import MAX_RESTARTS, WATCHDOG_INTERVAL_S, Watchdog
 __all__ = ["Mount", "DirectoryGuard", "check_mount_dir", "set_default_guard"]
 
 log = logging.getLogger("mountctl")
+# How the mount programs' logs show a throttling store: s3fs "failed a request(503: ...", rclone "SlowDown".
+THROTTLED_LOG = re.compile(r"SlowDown|\(503[:)]|\b503 Service Unavailable|HTTP response code 503")
 
 
 class DirectoryGuard(Protocol):
@@ -435,6 +448,7 @@ class Mount:
     def _wait_until_mounted(self) -> None:
         assert self._backend is not None and self._child is not None
         deadline = time.monotonic() + self.spec.mount_timeout_s
+        throttled_wait = False
         last = "the mount never appeared in /proc/self/mountinfo"
         while True:
             if self._stopping.is_set() and self.started_at is not None:
@@ -451,6 +465,13 @@ class Mount:
                 if probe.ok:
                     return
                 last = f"mounted, but reading it failed: {probe.error}"
+            if time.monotonic() >= deadline and not throttled_wait and self._store_throttling():
+                # A throttling store is busy, not broken: wait for it up to the outage bound.
+                throttled_wait = True
+                deadline += max(0.0, outage_bound_s() - self.spec.mount_timeout_s)
+                log.warning("%s: the store is throttling %s (503 SlowDown in %s's log); waiting up to %.0f s "
+                            "(the outage bound, $%s) for the mount", self.path, self._backend.program,
+                            self._backend.program, max(outage_bound_s(), self.spec.mount_timeout_s), OUTAGE_BOUND_ENV)
             if time.monotonic() >= deadline:
                 raise MountTimeout(
                     f"{self._backend.name} did not mount {self.spec.uri} at {self.path} within "
@@ -458,6 +479,15 @@ class Mount:
                     "raise mount_timeout_s if the store is slow", timeout_s=self.spec.mount_timeout_s,
                     **self._failure_attrs())
             time.sleep(0.05)
+
+    def _store_throttling(self) -> bool:
+        """Whether the store answers 503 SlowDown: in the program's recent log, or asked directly."""
+        if self._workdir and THROTTLED_LOG.search(tail(scratch.log_files(self._workdir), 40)):
+            return True
+        try:
+            return store_throttling(self.settings, self.spec.bucket, self.spec.prefix)
+        except MountctlError:
+            return False
 
     def _log_tail(self, lines: int = 6) -> str:
         return tail(scratch.log_files(self._workdir), lines) if self._workdir else ""

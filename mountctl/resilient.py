@@ -34,6 +34,8 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from .abandonable import AbandonableCaller
+from .backoff import OUTAGE_BOUND_ENV, outage_bound_s
 from .mounttable import covering_mount, find_mount
 
 __all__ = ["open_resilient", "ResilientReader", "RETRYABLE_ERRNOS", "outage_bound_s", "OUTAGE_BOUND_ENV",
@@ -48,21 +50,11 @@ T = TypeVar("T")
 # How long a reader waits for a mount that ended a file early to be replaced before reading through it again.
 _DISTRUST_S = 10.0
 
-OUTAGE_BOUND_ENV = "MOUNTCTL_OUTAGE_BOUND_S"
-DEFAULT_OUTAGE_BOUND_S = 120.0
 STALL_NOTICE_S = 5.0  # a read stalled this long is reported (once per outage and process)
 
 
-def outage_bound_s() -> float:
-    """How long reads wait for an unreachable store before failing: $MOUNTCTL_OUTAGE_BOUND_S, else 120 s."""
-    value = os.environ.get(OUTAGE_BOUND_ENV, "")
-    try:
-        bound = float(value) if value else DEFAULT_OUTAGE_BOUND_S
-    except ValueError:
-        raise ValueError(f"{OUTAGE_BOUND_ENV}={value!r} is not a number of seconds; set it to e.g. 300") from None
-    if bound <= 0:
-        raise ValueError(f"{OUTAGE_BOUND_ENV}={value!r} must be a positive number of seconds")
-    return bound
+class _StoreNotAnswering(TimeoutError):
+    """A read that outlasted the outage bound inside the mount program: failed, not retried."""
 
 
 def _gone(path: str) -> FileNotFoundError:
@@ -163,6 +155,7 @@ class ResilientReader(io.RawIOBase):
         self._distrusted_mount: int | None = None
         self._distrusted_since = 0.0
         self._file: io.FileIO | None = None
+        self._caller = AbandonableCaller()
         self.reopens = 0
         try:
             self._file = io.FileIO(path, "r")
@@ -195,10 +188,13 @@ class ResilientReader(io.RawIOBase):
         return target
 
     def readinto(self, buffer: Any) -> int:
+        view = memoryview(buffer).cast("B")
+
         def read(f: io.FileIO) -> int:
-            f.seek(self._offset)
-            count = f.readinto(buffer) or 0
-            if count == 0 and len(memoryview(buffer)) > 0 and self._ended_early(f):
+            data = self._bounded_read(f, self._offset, len(view))
+            count = len(data)
+            view[:count] = data
+            if count == 0 and len(view) > 0 and self._ended_early(f):
                 if self._distrusted_mount is None:
                     self._distrusted_since = time.monotonic()
                 self._distrusted_mount = self._mount_id
@@ -210,6 +206,22 @@ class ResilientReader(io.RawIOBase):
         count = self._with_retry(read)
         self._offset += count
         return count
+
+    def _bounded_read(self, f: io.FileIO, offset: int, size: int) -> bytes:
+        """``pread`` through the mount, abandoned when it has not returned within the outage bound.
+
+        A store that accepts connections and never answers holds a read inside the mount program
+        for that program's own timeouts (minutes, rclone); the bound is ours, not theirs.
+        """
+        try:
+            # The call holds ``f``: an abandoned read keeps its handle alive in its own thread.  Closing it
+            # here (or letting it be collected) would send FLUSH to the stuck mount and block this thread too.
+            return self._caller.call(lambda: os.pread(f.fileno(), size, offset), self._retry_for_s)
+        except TimeoutError:
+            self._file = None
+            raise _StoreNotAnswering(errno.ETIMEDOUT, f"the S3 store has not answered a read through the mount "
+                                     f"for {self._retry_for_s:g}s (it accepts connections but does not reply); "
+                                     f"check the store, or raise {OUTAGE_BOUND_ENV}", self.name) from None
 
     def _store_may_still_have_it(self) -> bool:
         """False only when the store answered that the object is gone; unreachable means it may be there."""
@@ -276,6 +288,8 @@ class ResilientReader(io.RawIOBase):
                     self.reopens += 1
                     log.info("reopened %s at offset %d after the mount recovered", self.name, self._offset)
                 return operation(self._file)
+            except _StoreNotAnswering:
+                raise  # the whole bound went by inside one read: nothing left to retry with
             except OSError as exc:
                 if not self._retryable(exc):
                     raise
@@ -312,6 +326,7 @@ class ResilientReader(io.RawIOBase):
 
     def close(self) -> None:
         self._drop()
+        self._caller.close()
         super().close()
 
 

@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from .backoff import install_throttle_backoff, is_throttled
 from .errors import BucketNotFound, CredentialsError, EndpointUnreachable, InvalidSpec, S3Error
 from .redaction import redact, remember_secret
 
@@ -336,15 +337,41 @@ _clients: dict[tuple[Any, ...], Any] = {}
 _clients_lock = threading.Lock()
 
 
-def client(settings: S3Settings, *, connect_timeout: float = 5, read_timeout: float = 60, retries: int = 3) -> Any:
-    """A boto3 S3 client for these settings and bounds, made once per process and reused."""
+def client(settings: S3Settings, *, connect_timeout: float = 5, read_timeout: float = 60, retries: int = 3,
+           wait_out_throttling: bool = True) -> Any:
+    """A boto3 S3 client for these settings and bounds, made once per process and reused.
+
+    It retries throttled requests (503 SlowDown) until the outage bound, whatever ``retries``
+    says for other errors; ``wait_out_throttling=False`` gives a client that reports them.
+    """
     # boto3 clients are thread-safe but not fork-safe: key by pid so a forked worker makes its own.
-    key = (os.getpid(), settings, connect_timeout, read_timeout, retries)
+    key = (os.getpid(), settings, connect_timeout, read_timeout, retries, wait_out_throttling)
     with _clients_lock:
         found = _clients.get(key)
         if found is None:
-            found = _clients[key] = _new_client(settings, connect_timeout, read_timeout, retries)
+            found = _new_client(settings, connect_timeout, read_timeout, retries)
+            if wait_out_throttling:
+                install_throttle_backoff(found, _where(settings))
+            _clients[key] = found
         return found
+
+
+def store_throttling(settings: S3Settings, bucket: str, prefix: str = "", *, requests: int = 6) -> bool:
+    """Whether the store answers SlowDown now: up to ``requests`` one-key LISTs, stopping at the first that does."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    raw = client(settings, connect_timeout=2, read_timeout=5, retries=1, wait_out_throttling=False)
+    for _ in range(requests):
+        try:
+            raw.list_objects_v2(Bucket=bucket, Prefix=prefix, MaxKeys=1)
+        except ClientError as exc:
+            if is_throttled(str(exc.response.get("Error", {}).get("Code", "")),
+                            exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")):
+                return True
+            return False
+        except BotoCoreError:
+            return False
+    return False
 
 
 def _new_client(settings: S3Settings, connect_timeout: float, read_timeout: float, retries: int) -> Any:

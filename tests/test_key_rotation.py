@@ -115,3 +115,53 @@ def test_rotated_and_revoked_key_mid_epoch_loses_and_repeats_no_sample(kind, bac
     else:
         assert "S3 refused the credentials" in output, "the reader should have resolved the credentials again"
     assert secret1 not in output and secret2 not in output
+
+
+def test_sixteen_reading_threads_refresh_once_and_lose_no_read(local_s3, s3_env, s3, bucket, tmp_path, monkeypatch):
+    """Map-style read-ahead: many threads of one worker share its credentials; a rotation mid-read costs one refresh."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from mountctl.pytorch.data.sources.fsspec_s3 import FsspecReader
+
+    objects = {f"obj-{i:02d}": os.urandom(64 << 10) for i in range(16)}
+    for key, body in objects.items():
+        s3.put_object(Bucket=bucket, Key=f"ra/{key}", Body=body)
+    user = f"rot-{uuid.uuid4().hex[:8]}"
+    key1, secret1 = _new_key()
+    key2, secret2 = _new_key()
+    local_s3.add_identity(user, key1, secret1)
+    credentials = str(tmp_path / "credentials")
+    _write_credentials(credentials, key1, secret1)
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_PROFILE", PROFILE)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", credentials)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "config"))
+    names = sorted(objects)
+    reader = FsspecReader(tuple(f"{bucket}/ra/{n}" for n in names), resolve())
+    assert reader.read(0, 0, 16) == objects[names[0]][:16]  # the worker's client exists before the threads start
+    deadline = time.monotonic() + 90
+
+    def keep_reading(thread: int) -> int:
+        """Ranged reads until the refresh has happened and five more succeeded; returns how many were checked."""
+        checked, after = 0, 0
+        while after < 5 and time.monotonic() < deadline:
+            j, offset = (thread + checked) % len(names), (checked * 4096) % (60 << 10)
+            assert reader.read(j, offset, 4096) == objects[names[j]][offset:offset + 4096]
+            checked += 1
+            after += reader._credentials.refreshes > 0
+        return checked
+
+    try:
+        with ThreadPoolExecutor(16) as pool:
+            futures = [pool.submit(keep_reading, t) for t in range(16)]
+            time.sleep(0.5)
+            local_s3.add_identity(user, key2, secret2)
+            _write_credentials(credentials, key2, secret2)
+            local_s3.revoke_identity(user, key1)
+            counts = [f.result(timeout=120) for f in futures]
+    finally:
+        local_s3.revoke_identity(user, key2)
+        reader.close()
+    assert all(counts), "a thread read nothing"
+    assert reader._credentials.refreshes == 1, "each refused thread refreshed on its own"

@@ -9,10 +9,15 @@ WebDataset shard it came from.
 from __future__ import annotations
 
 import os
+import signal
 import tempfile
+import threading
+import time
 
+import psutil
 import pytest
 
+from mountctl.pytorch.benchmark.peer_cleanup import SHM_DIR
 from mountctl.pytorch.benchmark.peer_data import (
     PEERS,
     ensure_peer_data,
@@ -80,7 +85,8 @@ def test_a_converted_dataset_is_not_converted_again(converted):
 
 def peer_caches() -> set[str]:
     temp = tempfile.gettempdir()
-    return {n for n in os.listdir(temp) if n.startswith(("mountctl-litdata-cache-", "mountctl-streaming-cache-"))}
+    return {n for n in os.listdir(temp) if n.startswith(tuple(f"mountctl-{p}-{w}-" for p in PEERS
+                                                             for w in ("cache", "cell")))}
 
 
 def test_peer_cells_read_both_epochs_with_workers_and_check_every_sample(converted):
@@ -115,3 +121,44 @@ def test_each_peer_trains_resnet50_for_two_epochs_on_every_sample(converted):
                            precision="32-true", num_classes=manifest.num_classes)
         assert [(r["epoch"], r["images"], r["samples_checked"]) for r in rows] == [(1, 96, 96), (2, 96, 96)]
         assert all(r["samples_per_s"] > 0 and r["decode"] == "cpu" for r in rows)
+
+
+def cell_segments() -> list[str]:
+    """Streaming's /dev/shm segments whose owner record names a peer cell's cache."""
+    found = []
+    for name in os.listdir(SHM_DIR):
+        if name.endswith("_locals"):
+            with open(os.path.join(SHM_DIR, name), "rb") as segment:
+                if b"mountctl-streaming-cell-" in segment.read():
+                    found.append(name)
+    return found
+
+
+def test_a_killed_streaming_cell_leaves_no_cache_and_no_shared_memory(converted):
+    """The child is killed as its timeout would kill it (SIGKILL to its group), while Streaming holds segments."""
+    settings, uri, manifest, markers = converted
+    before = peer_caches()
+    outcome: list[BaseException] = []
+
+    def cell() -> None:
+        try:
+            peer_epochs(settings, uri, markers["streaming"], peer="streaming", mode="train", num_workers=0,
+                        batch_size=16, image_size=32, warmup_batches=1, total_bytes=manifest.total_bytes,
+                        accelerator="cpu", precision="32-true", num_classes=manifest.num_classes, epochs=50)
+        except BaseException as exc:  # noqa: BLE001  the test inspects it below
+            outcome.append(exc)
+
+    runner = threading.Thread(target=cell, daemon=True)
+    runner.start()
+    deadline = time.monotonic() + 180
+    while not cell_segments() and runner.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert cell_segments(), "the Streaming child never registered its shared memory"
+    children = [p for p in psutil.Process().children() if "mountctl.pytorch.benchmark.peers" in " ".join(p.cmdline())]
+    assert len(children) == 1
+    os.killpg(children[0].pid, signal.SIGKILL)
+    runner.join(60)
+    assert not runner.is_alive()
+    assert outcome and isinstance(outcome[0], DatasetError)
+    assert cell_segments() == [], "Streaming's shared memory outlived the killed cell"
+    assert peer_caches() <= before, "the killed cell's cache directory was left behind"

@@ -23,6 +23,7 @@ from typing import Any
 
 from .. import errors, paths
 from ..backends import get_backend
+from ..backoff import outage_bound_s
 from ..errors import AlreadyMounted, MountctlError, MountFailed, MountTimeout
 from ..fusectl import force_clear
 from ..health import Health, mount_health
@@ -252,8 +253,9 @@ def _spawn_supervisor(mount_dir: str, registry: Registry, settings: S3Settings) 
 
 
 def _wait_until_ready(spec: MountSpec, registry: Registry) -> None:
-    # The supervisor has its own mount timeout; allow for its start-up and preflight on top.
-    bound = spec.mount_timeout_s + 20
+    # The supervisor has its own mount timeout (extended to the outage bound while the store throttles);
+    # allow for its start-up and preflight on top.
+    bound = max(spec.mount_timeout_s, outage_bound_s()) + 20
     deadline = time.monotonic() + bound
     while True:
         record = registry.read(spec.mount_dir)

@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from mountctl import S3Settings, redact, resolve
+from mountctl.pytorch.benchmark.peer_cleanup import remove_streaming_segments
 from mountctl.pytorch.benchmark.peer_data import (
     PEERS,
     SampleChecksum,
@@ -141,7 +142,7 @@ def read_epochs(request: dict[str, Any], settings: S3Settings) -> list[dict[str,
 
     warnings.filterwarnings("ignore", message=r".*suggested max number of worker.*")
     peer, workers, mode = request["peer"], int(request["num_workers"]), request["mode"]
-    cache = tempfile.mkdtemp(prefix=f"mountctl-{peer}-cache-")  # fresh per cell: epoch 1 starts cold
+    cache = request["cache"]  # made empty by the parent for this cell: epoch 1 starts cold
     rows = []
     try:
         inner = open_peer_dataset(peer, request["uri"], cache, settings, batch_size=request["batch_size"],
@@ -166,6 +167,9 @@ def read_epochs(request: dict[str, Any], settings: S3Settings) -> list[dict[str,
                     started = min(started, batch["started"])
                     for digest in batch["digests"]:
                         checksum.add_digest(digest)
+            if not sizes:
+                raise DatasetError(f"{peer} yielded no batches in epoch {epoch} from {request['uri']}: its copy is "
+                                   "empty or unreadable; re-run the bench to convert the dataset again")
             usage = monitor.usage.to_dict()
             rows.append({"epoch": epoch, **_rates(request, marks, sizes, started, rate_after_warmup),
                          **_checked(request, checksum, len(seen)), "cache_mb": _cache_mb(cache), **usage,
@@ -276,7 +280,31 @@ def peer_epochs(settings: S3Settings, uri: str, marker: dict[str, Any], *, peer:
                "batch_size": batch_size, "image_size": image_size, "warmup_batches": warmup_batches, "seed": seed,
                "epochs": epochs, "num_images": marker["num_images"], "checksum": marker["checksum"],
                "total_bytes": total_bytes, **train}
-    child = subprocess.Popen([sys.executable, "-m", "mountctl.pytorch.benchmark.peers"], env=peer_env(settings),
+    # The cell's cache (a whole copy of the dataset) and the library's lock files live in one directory
+    # that the parent owns, so that a child killed at its timeout leaves nothing behind.
+    workdir = tempfile.mkdtemp(prefix=f"mountctl-{peer}-cell-")
+    request["cache"] = os.path.join(workdir, "cache")
+    os.mkdir(os.path.join(workdir, "tmp"))
+    env = {**peer_env(settings), "TMPDIR": os.path.join(workdir, "tmp")}
+    try:
+        out, err, returncode = _run_child(request, env, peer, timeout_s)
+    finally:
+        remove_streaming_segments(request["cache"])
+        shutil.rmtree(workdir, ignore_errors=True)
+    last = out.strip().splitlines()[-1] if out.strip() else ""
+    try:
+        answer = json.loads(last)
+    except ValueError:
+        tail = redact(" ".join(err.strip().splitlines()[-3:]))
+        raise DatasetError(f"the {peer} cell's child exited with {returncode} without an answer: "
+                           f"{tail or 'no output'}") from None
+    if "error" in answer:
+        raise DatasetError(redact(f"{peer}: {answer['error']}"))
+    return list(answer["rows"])
+
+
+def _run_child(request: dict[str, Any], env: dict[str, str], peer: str, timeout_s: float) -> tuple[str, str, int]:
+    child = subprocess.Popen([sys.executable, "-m", "mountctl.pytorch.benchmark.peers"], env=env,
                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                              start_new_session=True)  # its own group: a timeout ends the DataLoader workers too
     try:
@@ -289,16 +317,7 @@ def peer_epochs(settings: S3Settings, uri: str, marker: dict[str, Any], *, peer:
         if child.poll() is None:  # an exception other than the timeout (e.g. KeyboardInterrupt)
             os.killpg(child.pid, signal.SIGKILL)
             child.wait()
-    last = out.strip().splitlines()[-1] if out.strip() else ""
-    try:
-        answer = json.loads(last)
-    except ValueError:
-        tail = redact(" ".join(err.strip().splitlines()[-3:]))
-        raise DatasetError(f"the {peer} cell's child exited with {child.returncode} without an answer: "
-                           f"{tail or 'no output'}") from None
-    if "error" in answer:
-        raise DatasetError(redact(f"{peer}: {answer['error']}"))
-    return list(answer["rows"])
+    return out, err, child.returncode
 
 
 # -- the sweep's hooks ---------------------------------------------------------------------

@@ -7,12 +7,18 @@ the file again, so the source kinds that use them do it here: resolve the chain 
 (``mountctl.s3.refresh_credentials``), rebuild the client, reopen the object at the
 byte already delivered.  Bounded (a few tries with a short backoff) and one log line
 per refresh.
+
+Many read-ahead threads share one ``Credentials``: the first to meet a refusal refreshes
+under a lock while the others wait for it, then every thread retries with the new
+client (a generation number tells a thread that someone else already refreshed).  A
+read that fails because the refresh closed its client under it is retried the same way.
 """
 
 from __future__ import annotations
 
 import io
 import logging
+import threading
 import time
 from collections.abc import Callable
 from typing import Any, BinaryIO, TypeVar
@@ -36,6 +42,8 @@ class Credentials:
         self.settings = settings
         self.kind = kind
         self.refreshes = 0
+        self.generation = 0  # bumped by each refresh: which settings a read started with
+        self._lock = threading.RLock()
         self._clients: dict[str, Any] = {}
         self._closers: dict[str, Callable[[Any], None]] = {}
 
@@ -45,29 +53,39 @@ class Credentials:
 
         ``close`` ends it when it is replaced after a refresh, or at ``close()``.
         """
-        found = self._clients.get(name)
-        if found is None:
-            found = self._clients[name] = build(self.settings)
-            if close is not None:
-                self._closers[name] = close
-        return found
+        with self._lock:  # one client per name, even when several threads ask at once
+            found = self._clients.get(name)
+            if found is None:
+                found = self._clients[name] = build(self.settings)
+                if close is not None:
+                    self._closers[name] = close
+            return found
 
     def close(self) -> None:
-        clients, self._clients = self._clients, {}
-        closers, self._closers = self._closers, {}
+        with self._lock:
+            clients, self._clients = self._clients, {}
+            closers, self._closers = self._closers, {}
         for name, client in clients.items():
             if name in closers:
                 closers[name](client)
 
-    def refresh(self, exc: BaseException, what: str, attempt: int) -> None:
-        """Resolve the credentials again after S3 refused them (``exc``); raise ``exc`` when out of tries."""
+    def refresh(self, exc: BaseException, what: str, attempt: int, seen: int | None = None) -> None:
+        """Resolve the credentials again after S3 refused them (``exc``); raise ``exc`` when out of tries.
+
+        ``seen`` is the generation the refused request was made with: when another thread has
+        refreshed since, this one only retries, with that thread's keys.
+        """
         if attempt >= MAX_REFRESHES or not self.settings.credentials_from_chain:
             raise exc
-        time.sleep(_BACKOFF_S[min(attempt, len(_BACKOFF_S) - 1)])
-        old = self.settings
-        self.settings = s3.refresh_credentials(old)
-        self.close()
-        self.refreshes += 1
+        with self._lock:
+            if seen is not None and seen != self.generation:
+                return
+            time.sleep(_BACKOFF_S[min(attempt, len(_BACKOFF_S) - 1)])
+            old = self.settings
+            self.settings = s3.refresh_credentials(old)
+            self.close()
+            self.refreshes += 1
+            self.generation += 1
         changed = self.settings.access_key_id != old.access_key_id or self.settings.session_token != old.session_token
         log.warning("%s: S3 refused the credentials reading %s (%s); resolved them again from profile %s (%s) "
                     "and retrying", self.kind, what, _code(exc), old.profile or "default",
@@ -77,12 +95,15 @@ class Credentials:
         """``operation()``, retried with fresh credentials while S3 refuses them (bounded)."""
         attempt = 0
         while True:
+            seen = self.generation
             try:
                 return operation()
             except Exception as exc:
-                if not s3.is_auth_error(exc):
+                if s3.is_auth_error(exc):
+                    self.refresh(exc, what, attempt, seen)
+                elif seen == self.generation or attempt >= MAX_REFRESHES:
                     raise
-                self.refresh(exc, what, attempt)
+                # else another thread's refresh closed the client under this read: retry with the new one
                 attempt += 1
 
 

@@ -23,6 +23,7 @@ from .errors import (
     MountError,
     MountFailed,
     MountTimeout,
+    ObjectChanged,
     RegistryError,
     S3Error,
     StaleMount,
@@ -32,6 +33,7 @@ from .handle import MountHandle
 from .health import Health, HealthState
 from .local_s3 import LocalS3, uri_or_embedded
 from .mount import Mount
+from .object_version import VersionPin
 from .redaction import redact
 from .resilient import open_resilient
 from .s3 import S3Settings, S3Uri, parse_s3_uri, resolve
@@ -42,6 +44,7 @@ __all__ = [
     "mount",
     "status",
     "open_resilient",
+    "VersionPin",
     "cache_options",
     "mount_cache_dir",
     "Mount",
@@ -74,6 +77,7 @@ __all__ = [
     "StaleMount",
     "RegistryError",
     "S3Error",
+    "ObjectChanged",
     "CredentialsError",
     "BucketNotFound",
     "EndpointUnreachable",

@@ -27,6 +27,7 @@ __all__ = [
     "CredentialsError",
     "BucketNotFound",
     "EndpointUnreachable",
+    "ObjectChanged",
     "LocalS3Error",
 ]
 
@@ -107,6 +108,18 @@ class BucketNotFound(S3Error):
 
 class EndpointUnreachable(S3Error):
     """Nothing answered at the S3 endpoint."""
+
+
+class ObjectChanged(S3Error):
+    """An object was replaced while it was being read: its new bytes cannot be joined with those already read.
+
+    ``uri`` names the object, ``expected_etag`` the version being read (from the dataset's index, or seen at
+    the first open), ``etag`` the version S3 has now (None when only a refused ``If-Match`` said so).
+    """
+
+    uri: str | None = None
+    expected_etag: str | None = None
+    etag: str | None = None
 
 
 class LocalS3Error(MountctlError):

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any, BinaryIO
 
 from mountctl import S3Settings, parse_s3_uri, s3
+from mountctl.pytorch.data.sources.pins import shard_pins
 from mountctl.pytorch.data.sources.reader_state import PerProcessState
 
 __all__ = ["MountpointSource", "mountpoint_source", "FileReader", "add_mountpoint_arguments", "mountpoint_options",
@@ -82,11 +83,25 @@ class MountpointSource:
     read_ahead_dir: str | None = None  # the node's record of claimed shards; None: no read-ahead
     shards_ahead: int = 2
 
-    def open_shards(self, names: Sequence[str]) -> Iterator[tuple[str, BinaryIO]]:
+    def open_shards(self, names: Sequence[str], etags: Sequence[str | None] | None = None
+                    ) -> Iterator[tuple[str, BinaryIO]]:
+        """The shards through the mount, each read at one version: ``etags`` (the index's, by name), else the
+        one S3 reports at the first open; a reopen (remount, outage) that finds another fails with ObjectChanged."""
         from mountctl import open_resilient
         from mountctl.pytorch.data.readahead import Warmer
 
         location = parse_s3_uri(self.uri)
+        clients: list[Any] = []
+
+        def head_client() -> Any:  # one per call (a worker's epoch), made when first needed
+            if not clients:
+                clients.append(s3.short_client(self.settings))
+            return clients[0]
+
+        def etag_now(name: str) -> Any:
+            return lambda: s3.object_etag_now(head_client(), location.bucket, location.prefix + name)
+
+        pins = shard_pins(str(location), names, etags, etag_now)
         warmer = None
         if self.read_ahead_dir is not None:
             warmer = Warmer(self.root, names, self.read_ahead_dir, shards_ahead=self.shards_ahead).start()
@@ -95,7 +110,7 @@ class MountpointSource:
                 def size_in_s3(key: str = location.prefix + name) -> int | None:
                     # None only when the store answers that the object is gone; raises while it is
                     # unreachable, so an outage is waited out, not called a deletion
-                    return s3.object_size_now(s3.short_client(self.settings), location.bucket, key)
+                    return s3.object_size_now(head_client(), location.bucket, key)
 
                 if warmer is not None:
                     warmer.at(index)
@@ -103,7 +118,9 @@ class MountpointSource:
                 # fails at once if S3 no longer has the object.
                 # An early or empty end of file is checked against S3 (s3fs serves a file it can no longer
                 # fetch as empty): a failed read, retried through the remount.
-                with open_resilient(os.path.join(self.root, name), size_in_s3=size_in_s3) as stream:
+                # With its pin, every reopen first asks S3 whether the object is still the version read so far.
+                with open_resilient(os.path.join(self.root, name), size_in_s3=size_in_s3,
+                                    pin=pins[index]) as stream:
                     yield name, stream
         finally:
             if warmer is not None:

@@ -7,6 +7,10 @@ the file again, so the source kinds that use them do it here: resolve the chain 
 (``mountctl.s3.refresh_credentials``), rebuild the client, reopen the object at the
 byte already delivered.  Bounded (a few tries with a short backoff) and one log line
 per refresh.
+
+A reopen at an offset must find the same version of the object: given a ``VersionPin``, the
+stream turns S3's refusal of the pinned ``If-Match`` (412, however the library words it) into
+``ObjectChanged``; the kinds' ``open_at`` send that ``If-Match`` or compare the ETag themselves.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import time
 from collections.abc import Callable
 from typing import Any, BinaryIO, TypeVar
 
-from mountctl import S3Settings, s3
+from mountctl import ObjectChanged, S3Settings, VersionPin, s3
 
 __all__ = ["Credentials", "RefreshingStream", "buffered", "MAX_REFRESHES"]
 
@@ -80,7 +84,7 @@ class Credentials:
             try:
                 return operation()
             except Exception as exc:
-                if not s3.is_auth_error(exc):
+                if isinstance(exc, ObjectChanged) or not s3.is_auth_error(exc):
                     raise
                 self.refresh(exc, what, attempt)
                 attempt += 1
@@ -100,9 +104,11 @@ class RefreshingStream(io.RawIOBase):
     reopened at the byte reached, so the reader sees one stream: no byte lost or repeated.
     """
 
-    def __init__(self, name: str, credentials: Credentials, open_at: Callable[[int], BinaryIO]) -> None:
+    def __init__(self, name: str, credentials: Credentials, open_at: Callable[[int], BinaryIO],
+                 pin: VersionPin | None = None) -> None:
         super().__init__()
         self.name = name
+        self._pin = pin
         self._credentials = credentials
         self._open_at = open_at
         self._stream: BinaryIO | None = None
@@ -122,8 +128,10 @@ class RefreshingStream(io.RawIOBase):
                 if self._stream is None:
                     self._stream = self._open_at(self._offset)
                 return self._stream.read(len(view))
-            except Exception:
+            except Exception as exc:
                 self._drop()
+                if self._pin is not None and s3.is_precondition_failed(exc):
+                    raise self._pin.changed() from None
                 raise
 
         data = self._credentials.call(self.name, read)

@@ -126,7 +126,10 @@ def test_a_stream_reopened_at_an_offset_refuses_an_overwritten_object(kind, over
 
 
 def test_fsspec_reading_on_after_an_overwrite_is_refused_by_if_match(s3_env, s3, bucket):
-    """No reopen at all: s3fs's next ranged GET carries the pinned ETag as If-Match and S3 answers 412."""
+    """No reopen at all: s3fs's next ranged GET carries the pinned ETag as If-Match and S3 answers 412.
+
+    (s3fs sends the ETag it saw at open by itself; what is ours is the pinned value across reopens and
+    the one-line error instead of s3fs's FileExpired.)"""
     old, new = os.urandom(SIZE), os.urandom(SIZE)
     etag = _put(s3, bucket, "data/" + NAME, old)
     uri = f"s3://{bucket}/data/"
@@ -183,3 +186,28 @@ def test_make_records_each_shards_etag_as_s3_reports_it(s3_env, s3, bucket):
     files = make_tiny_dataset(f"s3://{bucket}/files/", num_images=4, layout="files").manifest.files
     for info in files:
         assert info.etag == s3.head_object(Bucket=bucket, Key="files/" + info.key)["ETag"].strip('"')
+
+
+def test_training_reads_each_shard_at_the_version_its_manifest_names(s3_env, s3, bucket):
+    """The dataset hands the manifest's ETags to its source: a shard overwritten with other bytes of the
+    same size (a start-time size check cannot see it) fails at its open, in one line, through the real
+    ShardDataset."""
+    from mountctl.pytorch.data.dataset import ShardDataset
+    from mountctl.pytorch.data.manifest import load_manifest
+
+    from torch_support import make_tiny_dataset
+
+    uri = f"s3://{bucket}/data/"
+    make_tiny_dataset(uri, num_images=24, shard_size="8KB")
+    manifest = load_manifest(resolve(), uri)
+    victim = manifest.shards[-1]
+    body = s3.get_object(Bucket=bucket, Key="data/" + victim.name)["Body"].read()
+    _put(s3, bucket, "data/" + victim.name, body[:-1] + bytes([body[-1] ^ 1]))  # same size, one bit apart
+    seen = 0
+    with open_source("fsspec", uri, resolve()) as source:
+        dataset = ShardDataset(manifest, source, batch_size=4, seed=0, shuffle=False)
+        with pytest.raises(ObjectChanged) as caught:
+            for batch in dataset:
+                seen += len(batch["index"])
+    _assert_one_line_naming(caught.value, uri + victim.name, victim.etag, None)
+    assert seen <= manifest.num_images - victim.samples, "samples of the replaced shard were trained"

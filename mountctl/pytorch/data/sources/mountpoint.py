@@ -6,16 +6,19 @@ import argparse
 import contextlib
 import os
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, TypeVar
 
 from mountctl import S3Settings, parse_s3_uri, s3
 from mountctl.pytorch.data.sources.pins import shard_pins
 from mountctl.pytorch.data.sources.reader_state import PerProcessState
+from mountctl.pytorch.data.sources.refreshing import Credentials
 
 __all__ = ["MountpointSource", "mountpoint_source", "FileReader", "add_mountpoint_arguments", "mountpoint_options",
            "memory_bound_mb"]
+
+T = TypeVar("T")
 
 # What a mount program needs besides its read buffers, and what one reader streaming a shard needs in them
 # (rclone's default 32 MiB read-ahead plus chunks in flight; s3fs needs far less, it reads through files).
@@ -91,15 +94,16 @@ class MountpointSource:
         from mountctl.pytorch.data.readahead import Warmer
 
         location = parse_s3_uri(self.uri)
-        clients: list[Any] = []
+        # The HEADs this reader sends itself: after a key rotation the watchdog remounts with new keys, and
+        # these resolve them again too (a reopen's version check with revoked keys would wait out the bound).
+        credentials = Credentials(self.settings, self.kind)
 
-        def head_client() -> Any:  # one per call (a worker's epoch), made when first needed
-            if not clients:
-                clients.append(s3.short_client(self.settings))
-            return clients[0]
+        def ask(key: str, question: Callable[[Any, str, str], T]) -> T:
+            return credentials.call(f"s3://{location.bucket}/{key}", lambda: question(
+                credentials.client("head", s3.short_client), location.bucket, key))
 
-        def etag_now(name: str) -> Any:
-            return lambda: s3.object_etag_now(head_client(), location.bucket, location.prefix + name)
+        def etag_now(name: str) -> Callable[[], str | None]:
+            return lambda: ask(location.prefix + name, s3.object_etag_now)
 
         pins = shard_pins(str(location), names, etags, etag_now)
         warmer = None
@@ -110,7 +114,7 @@ class MountpointSource:
                 def size_in_s3(key: str = location.prefix + name) -> int | None:
                     # None only when the store answers that the object is gone; raises while it is
                     # unreachable, so an outage is waited out, not called a deletion
-                    return s3.object_size_now(head_client(), location.bucket, key)
+                    return ask(key, s3.object_size_now)
 
                 if warmer is not None:
                     warmer.at(index)

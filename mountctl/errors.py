@@ -44,14 +44,20 @@ class MountctlError(Exception):
     mount_dir: str | None = None
     timeout_s: float | None = None
 
-    def __init__(self, message: str, **attributes: Any) -> None:
-        super().__init__(message)
+    def __init__(self, message: str, *context: Any, **attributes: Any) -> None:
+        # ``context``: what a library appended to ``args`` on the way (kept, so a pickled copy rebuilds).
+        super().__init__(message, *context)
         for name, value in attributes.items():
             setattr(self, name, value)
 
     @property
     def message(self) -> str:
         return str(self.args[0]) if self.args else ""
+
+    def __str__(self) -> str:
+        # The message alone, even after a library appended its context to ``args`` (webdataset's tar
+        # reader adds the stream and the URL), which would otherwise print as a tuple.
+        return self.message
 
 
 class InvalidSpec(MountctlError, ValueError):

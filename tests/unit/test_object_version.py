@@ -161,3 +161,13 @@ def test_a_refused_if_match_on_a_stream_is_the_one_line_error_and_not_a_credenti
     with pytest.raises(ObjectChanged) as caught:
         stream.read(10)
     assert "If-Match" in str(caught.value) and caught.value.etag is None
+
+
+def test_the_error_stays_one_line_when_a_library_appends_its_context_and_across_pickling():
+    import pickle
+
+    error = VersionPin(URI, "v1").changed("v2")
+    error.args = error.args + ("<stream>", "shard-000403.tar")  # what webdataset's tar reader does on its way out
+    assert str(error) == error.message and "\n" not in str(error) and "<stream>" not in str(error)
+    copy = pickle.loads(pickle.dumps(error))
+    assert str(copy).startswith(URI) and copy.etag == "v2"

@@ -23,6 +23,7 @@ from .errors import (
     MountError,
     MountFailed,
     MountTimeout,
+    ObjectChanged,
     RegistryError,
     S3Error,
     StaleMount,
@@ -32,6 +33,7 @@ from .handle import MountHandle
 from .health import Health, HealthState
 from .local_s3 import LocalS3, uri_or_embedded
 from .mount import Mount
+from .object_version import VersionPin
 from .ports import port_free
 from .redaction import redact
 from .resilient import open_resilient
@@ -43,6 +45,7 @@ __all__ = [
     "mount",
     "status",
     "open_resilient",
+    "VersionPin",
     "cache_options",
     "mount_cache_dir",
     "Mount",
@@ -76,6 +79,7 @@ __all__ = [
     "StaleMount",
     "RegistryError",
     "S3Error",
+    "ObjectChanged",
     "CredentialsError",
     "BucketNotFound",
     "EndpointUnreachable",

@@ -27,6 +27,7 @@ __all__ = [
     "CredentialsError",
     "BucketNotFound",
     "EndpointUnreachable",
+    "ObjectChanged",
     "LocalS3Error",
 ]
 
@@ -43,14 +44,20 @@ class MountctlError(Exception):
     mount_dir: str | None = None
     timeout_s: float | None = None
 
-    def __init__(self, message: str, **attributes: Any) -> None:
-        super().__init__(message)
+    def __init__(self, message: str, *context: Any, **attributes: Any) -> None:
+        # ``context``: what a library appended to ``args`` on the way (kept, so a pickled copy rebuilds).
+        super().__init__(message, *context)
         for name, value in attributes.items():
             setattr(self, name, value)
 
     @property
     def message(self) -> str:
         return str(self.args[0]) if self.args else ""
+
+    def __str__(self) -> str:
+        # The message alone, even after a library appended its context to ``args`` (webdataset's tar
+        # reader adds the stream and the URL), which would otherwise print as a tuple.
+        return self.message
 
 
 class InvalidSpec(MountctlError, ValueError):
@@ -107,6 +114,18 @@ class BucketNotFound(S3Error):
 
 class EndpointUnreachable(S3Error):
     """Nothing answered at the S3 endpoint."""
+
+
+class ObjectChanged(S3Error):
+    """An object was replaced while it was being read: its new bytes cannot be joined with those already read.
+
+    ``uri`` names the object, ``expected_etag`` the version being read (from the dataset's index, or seen at
+    the first open), ``etag`` the version S3 has now (None when only a refused ``If-Match`` said so).
+    """
+
+    uri: str | None = None
+    expected_etag: str | None = None
+    etag: str | None = None
 
 
 class LocalS3Error(MountctlError):

@@ -21,6 +21,14 @@ gets an answer from the store saying the object is gone: an exception from it
 While a read is stalled for more than ``STALL_NOTICE_S`` one warning line says the
 store is not answering and the mount is retrying, and one line says when reads
 resumed (one pair per process and outage, however many files are open).
+
+A remount, an outage or a resume can put another version of the object behind the same
+path.  Given a ``VersionPin`` (``pin``), every reopen asks S3 for the object's ETag (one
+HEAD) before a byte of the new handle is joined to those already read, and a different
+ETag fails the read with ``ObjectChanged``, naming the object; the first open asks too,
+to check the index's ETag or to pin the one it finds.  A store that does not answer that
+HEAD at a reopen is waited for like any outage; at the first open it is not (the read
+goes on, checked at its reopens against the index's ETag when there is one).
 """
 
 from __future__ import annotations
@@ -36,7 +44,9 @@ from typing import Any, TypeVar
 
 from .abandonable import AbandonableCaller
 from .backoff import OUTAGE_BOUND_ENV, outage_bound_s
+from .errors import ObjectChanged
 from .mounttable import covering_mount, find_mount
+from .object_version import VersionPin
 
 __all__ = ["open_resilient", "ResilientReader", "RETRYABLE_ERRNOS", "outage_bound_s", "OUTAGE_BOUND_ENV",
            "STALL_NOTICE_S"]
@@ -135,9 +145,11 @@ class ResilientReader(io.RawIOBase):
 
     def __init__(self, path: str, *, retry_for_s: float | None = None,
                  still_exists: Callable[[], bool] | None = None, expected_size: int | None = None,
-                 size_in_s3: Callable[[], int | None] | None = None) -> None:
+                 size_in_s3: Callable[[], int | None] | None = None, pin: VersionPin | None = None) -> None:
         super().__init__()
         self.name = path
+        self._pin = pin
+        self._opened = False  # whether a handle was ever opened: every later open is a reopen at an offset
         self._retry_for_s = outage_bound_s() if retry_for_s is None else retry_for_s
         self._size_in_s3 = size_in_s3
         if still_exists is None and size_in_s3 is not None:
@@ -158,7 +170,7 @@ class ResilientReader(io.RawIOBase):
         self._caller = AbandonableCaller()
         self.reopens = 0
         try:
-            self._file = io.FileIO(path, "r")
+            self._file = self._open_checked()
         except OSError as exc:
             if exc.errno == errno.ENOENT and not self._store_may_still_have_it():
                 raise  # a missing file fails at once, as open() does
@@ -284,7 +296,7 @@ class ResilientReader(io.RawIOBase):
             try:
                 if self._file is None:
                     self._wait_for_new_mount()
-                    self._file = io.FileIO(self.name, "r")
+                    self._file = self._open_checked()
                     self.reopens += 1
                     log.info("reopened %s at offset %d after the mount recovered", self.name, self._offset)
                 return operation(self._file)
@@ -301,6 +313,41 @@ class ResilientReader(io.RawIOBase):
                 self._drop()
                 time.sleep(delay)
                 delay = min(delay * 2, 1.0)
+
+    def _open_checked(self) -> io.FileIO:
+        """Open the path; with a pin, refuse a handle to another version of the object than the one read so far.
+
+        The HEAD comes after the open: an object replaced between the two is then seen as changed,
+        never the other way round.
+        """
+        file = io.FileIO(self.name, "r")
+        try:
+            self._check_version(reopened=self._opened)
+        except BaseException:
+            file.close()
+            raise
+        self._opened = True
+        return file
+
+    def _check_version(self, *, reopened: bool) -> None:
+        pin = self._pin
+        if pin is None or not pin.can_ask:
+            return
+        if reopened and pin.etag is None:
+            log.warning("reopening %s: the version read before is not known (S3 did not answer at the first "
+                        "open), so a change of the object cannot be told from here", self.name)
+        try:
+            present = pin.verify()
+        except ObjectChanged:
+            raise
+        except Exception as exc:  # the store does not answer: at a reopen, wait for it like for any outage
+            if not reopened:
+                log.debug("could not read the ETag of %s at its first open (%s); checking at reopens", pin.uri, exc)
+                return
+            raise OSError(errno.EIO, f"cannot ask S3 which version of the object this is ({type(exc).__name__}); "
+                                     "waiting for the store before joining bytes", self.name) from exc
+        if not present:
+            raise _gone(self.name)
 
     def _wait_for_new_mount(self) -> None:
         """Refuse (retryably) to reopen through the mount that answered a false end of file."""
@@ -333,7 +380,8 @@ class ResilientReader(io.RawIOBase):
 def open_resilient(path: str | os.PathLike[str], mode: str = "rb", *, buffering: int = 1 << 20,
                    retry_for_s: float | None = None, still_exists: Callable[[], bool] | None = None,
                    expected_size: int | None = None,
-                   size_in_s3: Callable[[], int | None] | None = None) -> io.BufferedReader:
+                   size_in_s3: Callable[[], int | None] | None = None,
+                   pin: VersionPin | None = None) -> io.BufferedReader:
     """Open ``path`` for reading like ``open(path, "rb")``, retrying through a remount or an S3 outage.
 
     ``retry_for_s`` bounds the wait (default ``outage_bound_s()``).  ``still_exists``
@@ -344,9 +392,11 @@ def open_resilient(path: str | os.PathLike[str], mode: str = "rb", *, buffering:
     ``expected_size`` (the size S3 listed) makes an earlier end of file a failed read, retried;
     ``size_in_s3`` (the object's size now, None when the store answers that it is gone, raising
     when it does not answer) tells a really shorter object from that, and serves as ``still_exists`` too.
+    ``pin`` (a ``VersionPin`` that can ask S3) makes every reopen refuse another version of the object
+    with ``ObjectChanged`` instead of joining its bytes to those already read.
     """
     if mode not in ("r", "rb"):
         raise ValueError(f"open_resilient reads binary files only (mode 'rb'), not {mode!r}")
     raw = ResilientReader(os.fspath(path), retry_for_s=retry_for_s, still_exists=still_exists,
-                          expected_size=expected_size, size_in_s3=size_in_s3)
+                          expected_size=expected_size, size_in_s3=size_in_s3, pin=pin)
     return io.BufferedReader(raw, buffer_size=buffering)

@@ -42,6 +42,7 @@ __all__ = [
     "list_object_sizes",
     "object_size",
     "object_exists", "object_size_now",
+    "plain_etag", "object_etag_now", "is_precondition_failed",
 ]
 
 DEFAULT_REGION = "us-east-1"
@@ -508,28 +509,78 @@ def list_object_sizes(s3: Any, bucket: str, prefix: str) -> dict[str, int]:
     return sizes
 
 
-def object_size(s3: Any, bucket: str, key: str) -> int | None:
-    """The object's size, or None when there is no such object."""
+def _head(s3: Any, bucket: str, key: str) -> dict[str, Any] | None:
+    """One HEAD of the object, or None when there is no such object."""
     from botocore.exceptions import ClientError
 
     try:
-        return int(s3.head_object(Bucket=bucket, Key=key)["ContentLength"])
+        return dict(s3.head_object(Bucket=bucket, Key=key))
     except ClientError as exc:
         if is_not_found(exc):
             return None
         raise
 
 
-def object_size_now(s3: Any, bucket: str, key: str) -> int | None:
-    """The object's size, or None only when the store answers that it has no such object; raises otherwise.
+def _head_now(s3: Any, bucket: str, key: str) -> dict[str, Any] | None:
+    """``_head``, but None only when the store answers that it has no such object; raises otherwise.
 
     An outage is not a deletion: a connection error propagates, and "no such object" counts
     only when the bucket answers too (a store coming back can briefly say it has no bucket).
     """
-    size = object_size(s3, bucket, key)
-    if size is None:
+    head = _head(s3, bucket, key)
+    if head is None:
         s3.head_bucket(Bucket=bucket)  # raises unless the store answers for the bucket
-    return size
+    return head
+
+
+def object_size(s3: Any, bucket: str, key: str) -> int | None:
+    """The object's size, or None when there is no such object."""
+    head = _head(s3, bucket, key)
+    return None if head is None else int(head["ContentLength"])
+
+
+def object_size_now(s3: Any, bucket: str, key: str) -> int | None:
+    """The object's size, or None only when the store answers that it has no such object; raises otherwise."""
+    head = _head_now(s3, bucket, key)
+    return None if head is None else int(head["ContentLength"])
+
+
+def plain_etag(value: str) -> str:
+    """An ETag as S3 sends it (quoted, sometimes weak ``W/"..."``) reduced to the bare value manifests record."""
+    value = value.strip()
+    if value.startswith("W/"):
+        value = value[2:]
+    return value.strip('"')
+
+
+def object_etag_now(s3: Any, bucket: str, key: str) -> str | None:
+    """The object's ETag now (quotes stripped), or None only when the store answers that it has no such object.
+
+    Raises while the store does not answer: a version that cannot be read is not a changed one.
+    """
+    head = _head_now(s3, bucket, key)
+    return None if head is None else plain_etag(str(head.get("ETag", "")))
+
+
+def is_precondition_failed(exc: BaseException | None) -> bool:
+    """True when S3 refused a request's ``If-Match`` (412 PreconditionFailed), through any library's wrapping.
+
+    botocore raises a ClientError with the code; s3fs turns it into an OSError (EINVAL) and then into its
+    ``FileExpired``, keeping the original as the cause: the chain of causes is searched.
+    """
+    seen = 0
+    while exc is not None and seen < 8:
+        response = getattr(exc, "response", None)
+        if isinstance(response, dict):
+            code = str(response.get("Error", {}).get("Code", ""))
+            if code in ("PreconditionFailed", "412") \
+                    or response.get("ResponseMetadata", {}).get("HTTPStatusCode") == 412:
+                return True
+        if type(exc).__name__ == "FileExpired" or "pre-conditions you specified did not hold" in str(exc):
+            return True
+        exc = exc.__cause__ or exc.__context__
+        seen += 1
+    return False
 
 
 def object_exists(s3: Any, bucket: str, key: str) -> bool:

@@ -9,12 +9,18 @@ from __future__ import annotations
 
 from mountctl import MountctlError
 
-__all__ = ["DatasetError", "NoShards", "TruncatedShard", "CheckpointError", "remake_hint"]
+__all__ = ["DatasetError", "NoShards", "TruncatedShard", "CheckpointError", "remake_hint", "reindex_hint"]
 
 
 def remake_hint(uri: str = "") -> str:
     """What to do about a dataset that no longer matches its manifest: the one wording of it."""
     return f"re-run `python resnet.py make {uri + ' ' if uri else ''}...` with the original arguments to rewrite it"
+
+
+def reindex_hint(uri: str) -> str:
+    """What to do about an object that changed under a running read: the one wording of it."""
+    return (f"the dataset changed under the run: re-index it (`python resnet.py index {uri}`), or restore the "
+            "object, and start training again")
 
 
 class DatasetError(MountctlError):

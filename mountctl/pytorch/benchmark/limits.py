@@ -28,7 +28,9 @@ class LocalDiskSource:
     root: str
     kind: str = "local-disk"
 
-    def open_shards(self, names: Sequence[str]) -> Iterator[tuple[str, BinaryIO]]:
+    def open_shards(self, names: Sequence[str], etags: Sequence[str | None] | None = None
+                    ) -> Iterator[tuple[str, BinaryIO]]:
+        # ``etags`` are not checked: the copy is local and was taken once, at one version.
         for name in names:
             with open(os.path.join(self.root, name), "rb") as stream:
                 yield name, stream
@@ -50,7 +52,9 @@ class RawGetSource:
     settings: S3Settings
     kind: str = "raw GET"
 
-    def open_shards(self, names: Sequence[str]) -> Iterator[tuple[str, BinaryIO]]:
+    def open_shards(self, names: Sequence[str], etags: Sequence[str | None] | None = None
+                    ) -> Iterator[tuple[str, BinaryIO]]:
+        # ``etags`` are not checked: each shard is one GET, never reopened at an offset.
         location = parse_s3_uri(self.uri)
         client = s3.client(self.settings, read_timeout=120)  # made in the reader: clients do not survive fork
         for name in names:

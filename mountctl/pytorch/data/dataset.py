@@ -142,7 +142,8 @@ class ShardDataset(IterableDataset):
     def raw_samples(self, assignment: Assignment) -> Iterator[RawSample]:
         """The assignment's samples in the epoch's order (each slice counts positions in its shard's order)."""
         shards = [self.manifest.shards[piece.shard] for piece in assignment.slices]
-        opened = self.source.open_shards([shard.name for shard in shards])
+        # Each shard read at the version the manifest names (a reopen that finds another fails).
+        opened = self.source.open_shards([shard.name for shard in shards], etags=[shard.etag for shard in shards])
         for piece, shard, (name, stream) in zip(assignment.slices, shards, opened, strict=True):
             order = sample_order(shard.samples, seed=self.seed, epoch=self.epoch, shard=piece.shard,
                                  window=self.shuffle_buffer, shuffle=self.shuffle)[piece.start:piece.stop]

@@ -38,6 +38,7 @@ class ShardInfo:
     bytes: int
     sha256: str
     members: tuple[Member, ...] | None = None  # the tar index; None in manifests written before it existed
+    etag: str | None = None  # the object's ETag as S3 returned it, quotes stripped; None in older manifests
 
     def __post_init__(self) -> None:
         if self.members is not None and len(self.members) != self.samples:
@@ -55,6 +56,7 @@ class FileInfo:
     key: str
     label: int
     bytes: int
+    etag: str | None = None  # as in ShardInfo
 
 
 @dataclass(frozen=True)
@@ -106,9 +108,11 @@ class Manifest:
     def from_dict(cls, data: Mapping[str, Any]) -> "Manifest":
         shards = tuple(ShardInfo(**{k: s[k] for k in ("name", "samples", "first_index", "bytes", "sha256")},
                                  members=None if s.get("members") is None
-                                 else tuple(tuple(int(v) for v in m) for m in s["members"]))  # type: ignore[misc]
+                                 else tuple(tuple(int(v) for v in m) for m in s["members"]),  # type: ignore[misc]
+                                 etag=s.get("etag"))
                        for s in data["shards"])
-        files = tuple(FileInfo(str(f["key"]), int(f["label"]), int(f["bytes"])) for f in data.get("files", ()))
+        files = tuple(FileInfo(str(f["key"]), int(f["label"]), int(f["bytes"]), etag=f.get("etag"))
+                      for f in data.get("files", ()))
         return cls(num_images=int(data["num_images"]), image_size=int(data["image_size"]),
                    num_classes=int(data["num_classes"]), seed=int(data["seed"]), shards=shards,
                    format=str(data.get("format", "")), files=files)

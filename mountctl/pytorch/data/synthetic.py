@@ -154,10 +154,11 @@ def _client(settings: S3Settings) -> Any:
     return s3.client(settings, connect_timeout=5, read_timeout=120, retries=5)
 
 
-def _indexed(name: str, count: int, first: int, data: bytes, digest: str) -> ShardInfo:
+def _indexed(name: str, count: int, first: int, data: bytes, digest: str, etag: str | None) -> ShardInfo:
     from mountctl.pytorch.data.tarindex import index_tar
 
-    return ShardInfo(name, count, first, len(data), digest, members=tuple(index_tar(name, io.BytesIO(data), count)))
+    return ShardInfo(name, count, first, len(data), digest, members=tuple(index_tar(name, io.BytesIO(data), count)),
+                     etag=etag)
 
 
 def _make_shard(config: MakeConfig, settings: S3Settings, name: str, first: int, count: int,
@@ -173,20 +174,22 @@ def _make_shard(config: MakeConfig, settings: S3Settings, name: str, first: int,
         head = client.head_object(Bucket=location.bucket, Key=key)
         meta = head.get("Metadata", {})
         if meta.get("mountctl-recipe") == recipe and str(head["ContentLength"]) == meta.get("mountctl-bytes"):
-            info = ShardInfo(name, count, first, int(head["ContentLength"]), meta["mountctl-sha256"])
+            info = ShardInfo(name, count, first, int(head["ContentLength"]), meta["mountctl-sha256"],
+                             etag=s3.plain_etag(head["ETag"]))
             if previous is not None and previous.members is not None and previous.sha256 == info.sha256:
                 return replace(info, members=previous.members), False
             # Same recipe, same bytes: rebuild locally (no upload) just to index it.
-            return _indexed(name, count, first, build_shard(config, first, count), info.sha256), False
+            return _indexed(name, count, first, build_shard(config, first, count), info.sha256, info.etag), False
     except ClientError as exc:
         if not s3.is_not_found(exc):
             raise
     data = build_shard(config, first, count)
     digest = hashlib.sha256(data).hexdigest()
     metadata = {"mountctl-recipe": recipe, "mountctl-sha256": digest, "mountctl-bytes": str(len(data))}
-    client.upload_fileobj(io.BytesIO(data), location.bucket, key,
-                          ExtraArgs={"Metadata": metadata, "ContentType": "application/x-tar"})
-    return _indexed(name, count, first, data, digest), True
+    # One PUT (not upload_fileobj, which answers nothing): its response carries the ETag readers pin.
+    sent = client.put_object(Bucket=location.bucket, Key=key, Body=data, Metadata=metadata,
+                             ContentType="application/x-tar")
+    return _indexed(name, count, first, data, digest, s3.plain_etag(sent["ETag"])), True
 
 
 def make_dataset(config: MakeConfig, *, settings: S3Settings | None = None, progress: bool = True) -> MakeResult:
@@ -262,8 +265,9 @@ def _make_files_chunk(config: MakeConfig, settings: S3Settings, first: int, coun
             continue
         image, label = sample_jpeg(config.seed, index, config.image_size, config.num_classes, config.jpeg_quality)
         key = file_key(index, label, config.num_classes)
-        client.put_object(Bucket=location.bucket, Key=location.prefix + key, Body=image, ContentType="image/jpeg")
-        infos.append(FileInfo(key, label, len(image)))
+        sent = client.put_object(Bucket=location.bucket, Key=location.prefix + key, Body=image,
+                                 ContentType="image/jpeg")
+        infos.append(FileInfo(key, label, len(image), etag=s3.plain_etag(sent["ETag"])))
         uploaded += 1
     return infos, uploaded
 

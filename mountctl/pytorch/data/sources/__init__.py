@@ -3,8 +3,9 @@
 ``SOURCE_KINDS`` maps each kind to an opener: a context manager that sets
 the kind up for the whole run (the mountpoint kind mounts the prefix) and
 yields a picklable ``ShardSource``.  DataLoader workers call its
-``open_shards(names)``, which yields ``(shard_name, binary stream)`` pairs in
-the order asked.  Nothing else in the package branches on the kind.
+``open_shards(names, etags)``, which yields ``(shard_name, binary stream)`` pairs in
+the order asked, each read at one version of its object (``etags``, the index's; else
+the one seen at the first open): a reopen that finds another raises ``ObjectChanged``.  Nothing else in the package branches on the kind.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ __all__ = ["SOURCE_KINDS", "ShardSource", "check_source_choice", "open_source", 
 class ShardSource(Protocol):
     kind: str
 
-    def open_shards(self, names: Sequence[str]) -> Iterator[tuple[str, BinaryIO]]: ...
+    def open_shards(self, names: Sequence[str], etags: Sequence[str | None] | None = None
+                    ) -> Iterator[tuple[str, BinaryIO]]: ...
 
     def describe(self) -> dict[str, Any]: ...
 

@@ -9,11 +9,12 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
-from mountctl import S3Settings, parse_s3_uri
+from mountctl import S3Settings, VersionPin, parse_s3_uri
+from mountctl.pytorch.data.sources.pins import shard_pins
 from mountctl.pytorch.data.sources.reader_state import PerProcessState
 from mountctl.pytorch.data.sources.refreshing import Credentials, RefreshingStream, buffered
 
-__all__ = ["FsspecSource", "fsspec_source", "FsspecReader", "close_filesystem"]
+__all__ = ["FsspecSource", "fsspec_source", "FsspecReader", "close_filesystem", "pin_file"]
 
 _CLOSE_TIMEOUT_S = 5.0
 
@@ -69,6 +70,18 @@ class FsspecReader(PerProcessState):
             self._credentials.close()
 
 
+def pin_file(f: Any, pin: VersionPin) -> None:
+    """Hold an open ``S3File`` to ``pin``'s version: check the ETag s3fs read at open, then send it as If-Match.
+
+    s3fs pins the ETag it saw at this open by itself; after a reopen that would be the new version's,
+    so the pinned one replaces it.  A handle opened with a known size carries no ETag: nothing to check
+    then, and the If-Match alone guards the reads.
+    """
+    pin.check((f.details or {}).get("ETag") or None)
+    if pin.if_match is not None:
+        f.read_kw = {**f.read_kw, "IfMatch": pin.if_match}
+
+
 def _filesystem(settings: S3Settings) -> Any:
     import s3fs
 
@@ -84,20 +97,33 @@ class FsspecSource:
     block_size: int = 8 << 20  # a shard is read front to back: large read-ahead blocks
     kind: str = "fsspec"
 
-    def open_shards(self, names: Sequence[str]) -> Iterator[tuple[str, BinaryIO]]:
+    def open_shards(self, names: Sequence[str], etags: Sequence[str | None] | None = None
+                    ) -> Iterator[tuple[str, BinaryIO]]:
+        """Each shard at one version: ``etags`` (the index's, by name), else the one s3fs sees at the first open.
+
+        s3fs reads the object's ETag when it opens it: a different one fails the open, and every ranged
+        GET of the handle carries ``If-Match`` with the pinned one, so a reopen after a credential refresh
+        cannot join another version's bytes (S3 answers 412, read as ObjectChanged).
+        """
         # The file system is made here, in the worker (one made before fork breaks its event loop), and
         # made again with credentials resolved again when S3 refuses them.
         credentials = Credentials(self.settings, self.kind)
+        pins = shard_pins("s3://" + self.path, names, etags)
         try:
-            for name in names:
-                def open_at(offset: int, path: str = self.path + name) -> BinaryIO:
+            for name, pin in zip(names, pins, strict=True):
+                def open_at(offset: int, path: str = self.path + name, pin: VersionPin = pin) -> BinaryIO:
                     f = credentials.client("fs", _filesystem, close_filesystem).open(
                         path, "rb", block_size=self.block_size, cache_type="readahead")
-                    if offset:
-                        f.seek(offset)
+                    try:
+                        pin_file(f, pin)
+                        if offset:
+                            f.seek(offset)
+                    except BaseException:
+                        f.close()
+                        raise
                     return f
 
-                with buffered(RefreshingStream("s3://" + self.path + name, credentials, open_at)) as stream:
+                with buffered(RefreshingStream("s3://" + self.path + name, credentials, open_at, pin)) as stream:
                     yield name, stream
         finally:
             credentials.close()

@@ -6,15 +6,19 @@ import argparse
 import contextlib
 import os
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, TypeVar
 
 from mountctl import S3Settings, parse_s3_uri, s3
+from mountctl.pytorch.data.sources.pins import shard_pins
 from mountctl.pytorch.data.sources.reader_state import PerProcessState
+from mountctl.pytorch.data.sources.refreshing import Credentials
 
 __all__ = ["MountpointSource", "mountpoint_source", "FileReader", "add_mountpoint_arguments", "mountpoint_options",
            "memory_bound_mb"]
+
+T = TypeVar("T")
 
 # What a mount program needs besides its read buffers, and what one reader streaming a shard needs in them
 # (rclone's default 32 MiB read-ahead plus chunks in flight; s3fs needs far less, it reads through files).
@@ -82,11 +86,26 @@ class MountpointSource:
     read_ahead_dir: str | None = None  # the node's record of claimed shards; None: no read-ahead
     shards_ahead: int = 2
 
-    def open_shards(self, names: Sequence[str]) -> Iterator[tuple[str, BinaryIO]]:
+    def open_shards(self, names: Sequence[str], etags: Sequence[str | None] | None = None
+                    ) -> Iterator[tuple[str, BinaryIO]]:
+        """The shards through the mount, each read at one version: ``etags`` (the index's, by name), else the
+        one S3 reports at the first open; a reopen (remount, outage) that finds another fails with ObjectChanged."""
         from mountctl import open_resilient
         from mountctl.pytorch.data.readahead import Warmer
 
         location = parse_s3_uri(self.uri)
+        # The HEADs this reader sends itself: after a key rotation the watchdog remounts with new keys, and
+        # these resolve them again too (a reopen's version check with revoked keys would wait out the bound).
+        credentials = Credentials(self.settings, self.kind)
+
+        def ask(key: str, question: Callable[[Any, str, str], T]) -> T:
+            return credentials.call(f"s3://{location.bucket}/{key}", lambda: question(
+                credentials.client("head", s3.short_client), location.bucket, key))
+
+        def etag_now(name: str) -> Callable[[], str | None]:
+            return lambda: ask(location.prefix + name, s3.object_etag_now)
+
+        pins = shard_pins(str(location), names, etags, etag_now)
         warmer = None
         if self.read_ahead_dir is not None:
             warmer = Warmer(self.root, names, self.read_ahead_dir, shards_ahead=self.shards_ahead).start()
@@ -95,7 +114,7 @@ class MountpointSource:
                 def size_in_s3(key: str = location.prefix + name) -> int | None:
                     # None only when the store answers that the object is gone; raises while it is
                     # unreachable, so an outage is waited out, not called a deletion
-                    return s3.object_size_now(s3.short_client(self.settings), location.bucket, key)
+                    return ask(key, s3.object_size_now)
 
                 if warmer is not None:
                     warmer.at(index)
@@ -103,7 +122,9 @@ class MountpointSource:
                 # fails at once if S3 no longer has the object.
                 # An early or empty end of file is checked against S3 (s3fs serves a file it can no longer
                 # fetch as empty): a failed read, retried through the remount.
-                with open_resilient(os.path.join(self.root, name), size_in_s3=size_in_s3) as stream:
+                # With its pin, every reopen first asks S3 whether the object is still the version read so far.
+                with open_resilient(os.path.join(self.root, name), size_in_s3=size_in_s3,
+                                    pin=pins[index]) as stream:
                     yield name, stream
         finally:
             if warmer is not None:

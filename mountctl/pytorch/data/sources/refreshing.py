@@ -12,6 +12,10 @@ Many read-ahead threads share one ``Credentials``: the first to meet a refusal r
 under a lock while the others wait for it, then every thread retries with the new
 client (a generation number tells a thread that someone else already refreshed).  A
 read that fails because the refresh closed its client under it is retried the same way.
+
+A reopen at an offset must find the same version of the object: given a ``VersionPin``, the
+stream turns S3's refusal of the pinned ``If-Match`` (412, however the library words it) into
+``ObjectChanged``; the kinds' ``open_at`` send that ``If-Match`` or compare the ETag themselves.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ import time
 from collections.abc import Callable
 from typing import Any, BinaryIO, TypeVar
 
-from mountctl import S3Settings, s3
+from mountctl import ObjectChanged, S3Settings, VersionPin, s3
 
 __all__ = ["Credentials", "RefreshingStream", "buffered", "MAX_REFRESHES"]
 
@@ -99,6 +103,8 @@ class Credentials:
             try:
                 return operation()
             except Exception as exc:
+                if isinstance(exc, ObjectChanged):
+                    raise
                 if s3.is_auth_error(exc):
                     self.refresh(exc, what, attempt, seen)
                 elif seen == self.generation or attempt >= MAX_REFRESHES:
@@ -121,9 +127,11 @@ class RefreshingStream(io.RawIOBase):
     reopened at the byte reached, so the reader sees one stream: no byte lost or repeated.
     """
 
-    def __init__(self, name: str, credentials: Credentials, open_at: Callable[[int], BinaryIO]) -> None:
+    def __init__(self, name: str, credentials: Credentials, open_at: Callable[[int], BinaryIO],
+                 pin: VersionPin | None = None) -> None:
         super().__init__()
         self.name = name
+        self._pin = pin
         self._credentials = credentials
         self._open_at = open_at
         self._stream: BinaryIO | None = None
@@ -143,8 +151,10 @@ class RefreshingStream(io.RawIOBase):
                 if self._stream is None:
                     self._stream = self._open_at(self._offset)
                 return self._stream.read(len(view))
-            except Exception:
+            except Exception as exc:
                 self._drop()
+                if self._pin is not None and s3.is_precondition_failed(exc):
+                    raise self._pin.changed() from None
                 raise
 
         data = self._credentials.call(self.name, read)

@@ -8,7 +8,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
-from mountctl import S3Settings, parse_s3_uri
+from mountctl import S3Settings, VersionPin, parse_s3_uri, s3
+from mountctl.pytorch.data.sources.pins import shard_pins
 from mountctl.pytorch.data.sources.reader_state import PerProcessState
 from mountctl.pytorch.data.sources.refreshing import Credentials, RefreshingStream, buffered
 
@@ -65,21 +66,40 @@ class S3IOSource:
     settings: S3Settings
     kind: str = "s3io"
 
-    def open_shards(self, names: Sequence[str]) -> Iterator[tuple[str, BinaryIO]]:
+    def open_shards(self, names: Sequence[str], etags: Sequence[str | None] | None = None
+                    ) -> Iterator[tuple[str, BinaryIO]]:
+        """Each shard at one version: ``etags`` (the index's, by name), else the one S3 reports at the first open.
+
+        The connector's GET takes no If-Match, so every open (the first, and a reopen after a credential
+        refresh) asks S3 for the ETag with one HEAD once the GET has started, and refuses another version.
+        """
         # Sharding is ours (plan.py): this reader asks for exactly its shards.  One client per call,
         # made in the worker, with the run's settings (credentials included) rather than the
         # connector's own chain; rebuilt with credentials resolved again when S3 refuses them.
+        location = parse_s3_uri(self.uri)
         uris = [self.uri + name for name in names]
         credentials = Credentials(self.settings, self.kind)
 
+        def etag_now(name: str) -> Any:
+            return lambda: s3.object_etag_now(credentials.client("head", s3.short_client), location.bucket,
+                                              location.prefix + name)
+
+        pins = shard_pins(self.uri, names, etags, etag_now)
         for index, name in enumerate(names):
-            def open_at(offset: int, index: int = index) -> BinaryIO:
+            def open_at(offset: int, index: int = index, pin: VersionPin = pins[index]) -> BinaryIO:
                 reader = credentials.client("objects", lambda settings: _map_dataset(uris, settings, False))[index]
-                if offset:
-                    reader.seek(offset)
+                try:
+                    reader.prefetch()  # the GET starts before the HEAD: an object replaced in between reads as changed
+                    if not pin.verify():
+                        raise FileNotFoundError(f"{pin.uri} was deleted while it was being read; {pin.remedy}")
+                    if offset:
+                        reader.seek(offset)
+                except BaseException:
+                    reader.close()
+                    raise
                 return reader
 
-            with buffered(RefreshingStream(uris[index], credentials, open_at)) as stream:
+            with buffered(RefreshingStream(uris[index], credentials, open_at, pins[index])) as stream:
                 yield name, stream
 
     def describe(self) -> dict[str, Any]:

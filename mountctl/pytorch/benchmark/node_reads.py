@@ -109,7 +109,10 @@ def read_as_ranks(root: str, sizes: dict[str, int], *, ranks: int = 8, threads: 
         for child in children:
             if child.poll() is None:
                 child.kill()
-            child.wait(timeout=10)
+            try:
+                child.wait(timeout=10)
+            except subprocess.TimeoutExpired:  # blocked in a wedged mount: its unmount will release it
+                pass
 
 
 def _ready(child: subprocess.Popen[str], deadline: float) -> bool:
@@ -127,7 +130,6 @@ def _finish(rank: int, child: subprocess.Popen[str], deadline: float) -> RankRea
         out, err = child.communicate(timeout=max(0.1, deadline - time.monotonic()))
     except subprocess.TimeoutExpired:
         child.kill()
-        child.communicate(timeout=10)
         return RankReads(rank, 0, 0.0, ("did not finish within its bound (a stalled mount?)",))
     try:
         report = json.loads(out.strip().splitlines()[-1])

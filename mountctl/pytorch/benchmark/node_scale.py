@@ -17,15 +17,13 @@ import tempfile
 from dataclasses import dataclass
 from typing import Any
 
-from mountctl import MountSpec, installed_backends, parse_s3_uri, s3
-from mountctl.backends import choose_backend
+import mountctl
+from mountctl import installed_backends, parse_s3_uri, s3
 from mountctl.pytorch.benchmark.limits import ranged_get
 from mountctl.pytorch.benchmark.monitor import ResourceMonitor
 from mountctl.pytorch.benchmark.node_reads import read_as_ranks
 from mountctl.pytorch.benchmark.stores import plan_stores
 from mountctl.s3 import S3Settings, resolve
-from mountctl.shared import acquire
-from mountctl.shared.metrics import program_memory
 
 __all__ = ["NodeScaleConfig", "run_node_scale", "node_markdown"]
 
@@ -71,28 +69,27 @@ def run_node_scale(config: NodeScaleConfig) -> dict[str, Any]:
 
 def _cell(config: NodeScaleConfig, settings: S3Settings, uri: str, sizes: dict[str, int], program: str,
           mount_dir: str) -> dict[str, Any]:
-    spec = MountSpec(uri=uri, mount_dir=mount_dir, backend=program, memory_mb=config.memory_mb)
-    handle = acquire(spec, settings=settings, watchdog=True)
-    try:
+    with mountctl.mount(uri, mount_dir, backend=program, settings=settings, memory_mb=config.memory_mb,
+                        watchdog=True) as handle:
         first_pid = handle.pid
         with ResourceMonitor(first_pid) as monitor:
             reads = read_as_ranks(handle.path, sizes, ranks=config.ranks, threads=config.threads,
                                   timeout_s=config.timeout_s)
-        peak = program_memory(handle.pid)["peak_rss_bytes"]
-        record = handle.record()
-    finally:
-        handle.release()
+        # The kernel's high-water mark (VmHWM), as `mountctl status` reports it: no spike between samples is lost.
+        [row] = [row for row in mountctl.status() if row["dir"] == handle.path]
+        peak, resolved, last_pid = row["memory"]["peak_rss_bytes"], handle.backend, handle.pid
+        record = handle.record() if isinstance(handle, mountctl.SharedMount) else None
     usage = monitor.usage
     events = [event["event"] for event in record.events] if record else []
     program_cpu_s = (usage.program_cpu_pct or 0.0) / 100 * usage.seconds
     return {
-        "program": program, "resolved": choose_backend(program).name, "readers": config.ranks * config.threads,
+        "program": program, "resolved": resolved, "readers": config.ranks * config.threads,
         "bytes": reads.bytes, "seconds": round(reads.seconds, 2), "aggregate_mb_s": round(reads.aggregate_mb_s, 1),
         "slowest_rank_share": round(reads.slowest_share, 3), "failed_reads": len(reads.failures),
         "first_failures": reads.failures[:3], "restarts": record.restarts if record else None,
         "events": events, "program_cpu_s_per_gb": round(program_cpu_s / max(reads.bytes / 1e9, 1e-9), 2),
         "program_peak_rss_mib": round((peak or 0) / MIB, 1), "memory_bound_mib": config.memory_mb,
-        "same_program": handle.pid in (None, first_pid)}
+        "same_program": last_pid == first_pid}
 
 
 def _ensure_objects(settings: S3Settings, uri: str, count: int, size: int) -> dict[str, int]:

@@ -67,7 +67,7 @@ def mount_health(path: str, backend: Backend | None, child: subprocess.Popen[byt
         return Health("dead", pid=pid, error="mount program exited; the mount is left behind (ENOTCONN)")
     before = progress_mark(pid)
     probe = probe_path(path, timeout_s, list_dir=False)
-    if probe.timed_out and not probe.reached:
+    if probe.timed_out and not probe.reached and not progress_mark(pid).stopped:
         return Health("slow", probe.latency_s, f"the probe did not reach {path} within {timeout_s:g}s (this machine "
                       "is slow to start a process): no verdict on the mount this time", pid)
     if probe.timed_out:

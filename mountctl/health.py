@@ -14,13 +14,21 @@ from .backends import Backend
 from .mounttable import find_mount
 from .probe import probe_path
 from .processes import pid_running
+from .progress import made_progress, progress_mark
 from .redaction import redact
 
-__all__ = ["Health", "HealthState", "HEALTH_STATES", "mount_health", "AuthWatch"]
+__all__ = ["Health", "HealthState", "HEALTH_STATES", "SERVING_STATES", "mount_health", "AuthWatch"]
 
+# "busy": the probe got no answer in time, but the program is working (its counters advanced): a queue, not a hang.
+# "unresponsive": no answer in time and no progress either: wedged (stopped, deadlocked, stuck in the kernel).
 # "unauthorized": the program runs and answers, but S3 refuses its credentials (rotated, revoked, expired).
-HealthState = Literal["healthy", "slow", "unresponsive", "dead", "unmounted", "unauthorized"]
+# "not-permitted": the kernel or the program refused this user (FUSE lets only the mount's owner in unless it was
+# mounted with allow_other, root included): says nothing about the mount, so it is never a reason to remount.
+HealthState = Literal["healthy", "slow", "busy", "unresponsive", "dead", "unmounted", "unauthorized", "not-permitted"]
 HEALTH_STATES: tuple[HealthState, ...] = get_args(HealthState)
+# The states in which the mount serves (or, for another user, may be serving) its readers: not broken.
+SERVING_STATES: tuple[HealthState, ...] = ("healthy", "slow", "busy", "not-permitted")
+_REFUSED_ERRNOS = (errno.EACCES, errno.EPERM)
 
 
 @dataclass(frozen=True)
@@ -33,7 +41,8 @@ class Health:
 
     @property
     def ok(self) -> bool:
-        return self.state in ("healthy", "slow")
+        """Not a reason to remount: the mount serves, is busy serving, or cannot be judged by this user."""
+        return self.state in SERVING_STATES
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -41,7 +50,11 @@ class Health:
 
 def mount_health(path: str, backend: Backend | None, child: subprocess.Popen[bytes] | int | None,
                  timeout_s: float) -> Health:
-    """Classify the mount at ``path``; a wedged daemon costs at most ``timeout_s``."""
+    """Classify the mount at ``path``; a wedged daemon costs at most ``timeout_s``.
+
+    A probe that times out is judged by the program's counters over the same window: if
+    they moved, the mount is "busy" (serving others ahead of the probe), else "unresponsive".
+    """
     pid = child if isinstance(child, int) else (child.pid if child is not None else None)
     alive = child.poll() is None if isinstance(child, subprocess.Popen) else pid_running(pid)
     entry = find_mount(path)
@@ -52,13 +65,30 @@ def mount_health(path: str, backend: Backend | None, child: subprocess.Popen[byt
         return Health("unmounted", pid=pid, error=f"{path} now holds a {entry.fs_type} mount from {entry.source}")
     if pid is not None and not alive:
         return Health("dead", pid=pid, error="mount program exited; the mount is left behind (ENOTCONN)")
+    before = progress_mark(pid)
     probe = probe_path(path, timeout_s, list_dir=False)
+    if probe.timed_out and not probe.reached and not progress_mark(pid).stopped:
+        return Health("slow", probe.latency_s, f"the probe did not reach {path} within {timeout_s:g}s (this machine "
+                      "is slow to start a process): no verdict on the mount this time", pid)
     if probe.timed_out:
-        return Health("unresponsive", probe.latency_s, probe.error, pid)
+        after = progress_mark(pid)
+        if made_progress(before, after):
+            return Health("busy", probe.latency_s, f"{probe.error}, but the mount program is working (its I/O and "
+                          "CPU counters advanced): requests are queued behind other readers", pid)
+        why = "it is stopped (SIGSTOP or a tracer)" if after.stopped else "its I/O and CPU counters did not advance"
+        return Health("unresponsive", probe.latency_s, f"{probe.error} and {why}", pid)
+    if probe.errno in _REFUSED_ERRNOS:
+        return Health("not-permitted", probe.latency_s, _not_permitted(path, probe.error), pid)
     if not probe.ok:
         state: HealthState = "dead" if probe.errno in (errno.ENOTCONN, errno.ECONNABORTED) else "unresponsive"
         return Health(state, probe.latency_s, probe.error, pid)
     return Health("slow" if probe.latency_s > timeout_s / 2 else "healthy", probe.latency_s, "", pid)
+
+
+def _not_permitted(path: str, error: str) -> str:
+    return (f"not permitted for this user (uid {os.geteuid()}): {error}; FUSE lets only the user who mounted {path} "
+            "in (root included) unless it was mounted with allow_other: run this as that user, or mount with "
+            "--allow-other (needs user_allow_other in /etc/fuse.conf for non-root owners)")
 
 
 # How each program's log says that S3 refused its credentials: s3fs "HTTP response code 403", rclone

@@ -323,8 +323,8 @@ class Mount:
         bound = self.spec.probe_timeout_s if timeout_s is None else timeout_s
         health = mount_health(self.path, self._backend, self._child, bound)
         # Not only when healthy: s3fs answers the probe's lookup with EPERM once S3 refuses its key (a 403
-        # on HEAD), which reads as "unresponsive"; a remount without new credentials would fail the same way.
-        if health.state in ("healthy", "slow", "unresponsive") and self._workdir is not None:
+        # on HEAD), which reads as "not-permitted"; a remount without new credentials would fail the same way.
+        if health.state in ("healthy", "slow", "busy", "unresponsive", "not-permitted") and self._workdir is not None:
             refused = self._auth_watch.refused(scratch.log_files(self._workdir))
             if refused and self._credentials_refused():
                 self._auth_refused = refused

@@ -22,6 +22,7 @@ __all__ = ["ProbeResult", "probe_path"]
 _PROBE = r"""
 import errno, json, os, sys
 path, list_dir, read_file = sys.argv[1], sys.argv[2] == "1", sys.argv[3]
+print("reached", flush=True)
 try:
     os.stat(path)
     try:
@@ -45,6 +46,9 @@ class ProbeResult:
     ok: bool
     latency_s: float
     timed_out: bool = False
+    # False when the bound ran out before the child got as far as the mount (a loaded machine starting Python
+    # slowly): such a timeout says nothing about the mount program.
+    reached: bool = True
     errno: int | None = None
     error: str = ""
 
@@ -65,7 +69,8 @@ def probe_path(path: str, timeout_s: float, *, list_dir: bool = True, read_file:
     )
     try:
         out, _ = child.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
+    except subprocess.TimeoutExpired as expired:
+        reached = b"reached" in (expired.output or b"")
         child.kill()
         # A child blocked in a FUSE request dies on SIGKILL (the kernel's wait is killable);
         # still, never wait for it without a bound.
@@ -73,11 +78,11 @@ def probe_path(path: str, timeout_s: float, *, list_dir: bool = True, read_file:
             child.wait(timeout=0.2)
         except subprocess.TimeoutExpired:
             pass
-        return ProbeResult(False, time.monotonic() - started, timed_out=True,
+        return ProbeResult(False, time.monotonic() - started, timed_out=True, reached=reached,
                            error=f"no answer from {path} within {timeout_s:g}s")
     latency = time.monotonic() - started
     try:
-        report = json.loads(out.decode() or "{}")
+        report = json.loads(out.decode().rpartition("reached\n")[2] or "{}")
     except ValueError:
         report = {}
     if report.get("ok"):

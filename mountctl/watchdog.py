@@ -24,6 +24,8 @@ MAX_RESTARTS = 10  # recovery tries allowed ...
 RESTART_WINDOW_S = 600.0  # ... within any 10 minutes
 
 log = logging.getLogger("mountctl")
+# States that are no reason to remount, yet worth one event when the mount enters them.
+_SAID_ONCE = ("busy", "not-permitted")
 
 
 class Watched(Protocol):
@@ -79,11 +81,16 @@ class Watchdog:
             self.watched.report("gave-up", f"watchdog failed: {self.last_error}")
 
     def _watch(self) -> None:
+        last_state = ""
         while not self._stop.wait(self.interval_s):
             try:
                 health = self.watched.health()
             except Exception as exc:  # e.g. the probe could not be spawned
                 health = Health("unresponsive", error=f"health check failed: {type(exc).__name__}: {exc}")
+            if health.state in _SAID_ONCE and health.state != last_state:
+                # Not a fault: said once when it begins (not every interval), so the events show why nothing was done.
+                self.watched.report(health.state, health.error)
+            last_state = health.state
             if health.ok:
                 continue
             self.last_error = f"{health.state}: {health.error}"

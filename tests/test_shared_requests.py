@@ -119,4 +119,7 @@ def test_an_explicit_zero_probe_bound_is_honoured(s3_env, bucket, mount_root):
     spec = MountSpec(uri=f"s3://{bucket}/", mount_dir=str(mount_root / "m"), backend="rclone")
     with Mount(spec) as m:
         assert m.health().ok
-        assert m.health(timeout_s=0).state == "unresponsive"
+        # A zero bound is used, not replaced by the default: the probe cannot even reach the mount, which gives
+        # no verdict on it (a wedge needs a probe that reached the program and saw no progress: docs/scale.md).
+        health = m.health(timeout_s=0)
+        assert health.state == "slow" and "within 0s" in health.error, health

@@ -21,7 +21,7 @@ from typing import Any
 
 from ..backends import get_backend, rclone_rc_socket
 from ..cache import mount_cache_dir
-from ..health import mount_health
+from ..health import SERVING_STATES, mount_health
 from ..processes import pid_running, process_alive
 from .registry import MountRecord
 
@@ -33,8 +33,9 @@ MIB = 1 << 20
 RC_TIMEOUT_S = 1.0
 
 
-# Health states in which a mounted mount counts as up: it answers (a slow answer is still one).
-UP_HEALTH = ("healthy", "slow")
+# Health states in which a mounted mount counts as up: health.py's serving states (busy serving other readers, or
+# not enterable by this user, is not broken).
+UP_HEALTH = SERVING_STATES
 
 
 def mount_figures(record: MountRecord, timeout_s: float) -> dict[str, Any]:

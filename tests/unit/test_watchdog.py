@@ -131,3 +131,34 @@ def test_a_vanished_mount_directory_is_not_retried():
     kinds = _run(stand)
     assert kinds == ["dead", "gave-up"] and "no longer reachable" in stand.events[-1][1]
     assert stand.restarts == 1
+
+
+def test_a_busy_mount_is_said_once_and_never_remounted():
+    """Busy (probe late, program working) and then wedged: only the wedged check leads to a recovery."""
+
+    class BusyThenWedged(Stand):
+        def __init__(self) -> None:
+            super().__init__([])
+            self.checks = 0
+
+        def health(self, timeout_s: float | None = None) -> Health:
+            self.checks += 1
+            if self.checks <= 5:
+                return Health("busy", error="queued behind other readers")
+            return super().health(timeout_s) if self.healthy else Health("unresponsive", error="no progress")
+
+    stand = BusyThenWedged()
+    kinds = _run(stand)
+    assert kinds == ["busy", "unresponsive"] and stand.restarts == 1
+
+
+def test_a_user_who_may_not_enter_the_mount_never_remounts_it():
+    class Refused(Stand):
+        def health(self, timeout_s: float | None = None) -> Health:
+            if len(self.events) == 1:
+                self.done.set()
+            return Health("not-permitted", error="EACCES")
+
+    stand = Refused([])
+    kinds = _run(stand)
+    assert kinds == ["not-permitted"] and stand.restarts == 0

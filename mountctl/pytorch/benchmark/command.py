@@ -62,7 +62,12 @@ def add_bench_arguments(bench: argparse.ArgumentParser) -> None:
                        help="peer libraries read the same samples in their own formats (default litdata,streaming; "
                        "'' for none)")
     bench.add_argument("--suite", choices=SUITES, default="all",
-                       help="all (default): every cell; checkpoint: only checkpoint save/load on every route")
+                       help="all (default): every cell; checkpoint: only checkpoint save/load on every route; "
+                       "node: 8 rank processes x 8 readers on one shared mount per program (docs/scale.md)")
+    bench.add_argument("--node-object-mb", type=int, default=16,
+                       help="--suite node: size of each of its 64 objects, MiB (default 16)")
+    bench.add_argument("--node-memory-mb", type=int, default=512,
+                       help="--suite node: the mount's memory bound, MiB (default 512)")
     bench.add_argument("--store", choices=STORE_CHOICES, default="both",
                        help="local: the endpoint itself; far: the same bucket through a far-store proxy (S3's "
                        "latency and per-connection rate); both (default): every cell in each. An endpoint that is "
@@ -97,12 +102,31 @@ def _single(args: argparse.Namespace) -> int:
     return 0
 
 
+def _node(args: argparse.Namespace) -> int:
+    from mountctl import uri_or_embedded
+    from mountctl.pytorch.benchmark.node_scale import NodeScaleConfig, node_markdown, run_node_scale, write_node_report
+
+    if args.node_object_mb < 1:
+        raise InvalidSpec(f"--node-object-mb must be at least 1, not {args.node_object_mb}")
+    with uri_or_embedded(args.uri, DEFAULT_URI) as uri:
+        result = run_node_scale(NodeScaleConfig(
+            uri=uri, object_mb=args.node_object_mb, memory_mb=args.node_memory_mb,
+            backends=args.backends or (), store=args.store, far_latency_ms=args.far_latency_ms,
+            far_rate_mb_s=args.far_rate_mb_s))
+    print(node_markdown(result))
+    print("wrote " + write_node_report(result, args.out), flush=True)
+    return 0
+
+
 def run_bench(args: argparse.Namespace) -> int:
     if args.source_kind is not None:
         if args.uri is None:
             raise InvalidSpec("with --source-kind, give the URI of a dataset written by `resnet.py make`")
         return _single(args)
     from mountctl import uri_or_embedded
+
+    if args.suite == "node":
+        return _node(args)
     from mountctl.pytorch.benchmark.config import preset
     from mountctl.pytorch.benchmark.report import markdown, write_report
     from mountctl.pytorch.benchmark.sweep import run_sweep

@@ -14,7 +14,8 @@ from mountctl.pytorch.data.synthetic import parse_size
 __all__ = ["DatasetSpec", "SweepConfig", "PRESETS", "ACCELERATORS", "SUITES"]
 
 ACCELERATORS = ("cpu", "gpu")
-SUITES = ("all", "checkpoint")  # checkpoint: only the checkpoint cells (benchmark/checkpoint_cells.py)
+SUITES = ("all", "checkpoint", "node")  # checkpoint: only the checkpoint cells (benchmark/checkpoint_cells.py);
+# node: only the 64 readers on one mount (benchmark/node_scale.py), run before any sweep is configured
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from mountctl import S3Settings, parse_s3_uri, s3
 from mountctl.pytorch.data.manifest import Manifest
 from mountctl.pytorch.errors import DatasetError
 
-__all__ = ["LocalDiskSource", "RawGetSource", "copy_shards", "raw_get"]
+__all__ = ["LocalDiskSource", "RawGetSource", "copy_shards", "raw_get", "ranged_get"]
 
 
 @dataclass(frozen=True)
@@ -84,13 +84,23 @@ def raw_get(settings: S3Settings, uri: str, manifest: Manifest, *, threads: int,
             ) -> dict[str, Any]:
     """Every shard byte once, by ``threads`` parallel ranged GETs of ``part_size``; bytes only."""
     location = parse_s3_uri(uri)
+    got = ranged_get(settings, location.bucket, {location.prefix + s.name: s.bytes for s in manifest.shards},
+                     threads=threads, part_size=part_size)
+    if got["bytes"] != manifest.total_bytes:
+        raise DatasetError(f"raw GET read {got['bytes']} bytes of {uri}, the manifest says {manifest.total_bytes}")
+    return got
+
+
+def ranged_get(settings: S3Settings, bucket: str, sizes: dict[str, int], *, threads: int, part_size: int
+               ) -> dict[str, Any]:
+    """Every byte of the objects ``sizes`` (key: bytes) once, by ``threads`` parallel ranged GETs of ``part_size``."""
     client = s3.client(settings, read_timeout=120)  # boto3 clients are thread-safe
-    parts = [(location.prefix + s.name, start, min(start + part_size, s.bytes) - 1)
-             for s in manifest.shards for start in range(0, s.bytes, part_size)]
+    parts = [(key, start, min(start + part_size, size) - 1)
+             for key, size in sizes.items() for start in range(0, size, part_size)]
 
     def fetch(part: tuple[str, int, int]) -> int:
         key, first, last = part
-        body = client.get_object(Bucket=location.bucket, Key=key, Range=f"bytes={first}-{last}")["Body"]
+        body = client.get_object(Bucket=bucket, Key=key, Range=f"bytes={first}-{last}")["Body"]
         got = 0
         while chunk := body.read(1 << 20):
             got += len(chunk)
@@ -99,7 +109,4 @@ def raw_get(settings: S3Settings, uri: str, manifest: Manifest, *, threads: int,
     started = time.perf_counter()
     with concurrent.futures.ThreadPoolExecutor(threads) as pool:
         total = sum(pool.map(fetch, parts))
-    seconds = time.perf_counter() - started
-    if total != manifest.total_bytes:
-        raise DatasetError(f"raw GET read {total} bytes of {uri}, the manifest says {manifest.total_bytes}")
-    return {"bytes": total, "seconds": seconds, "requests": len(parts)}
+    return {"bytes": total, "seconds": time.perf_counter() - started, "requests": len(parts)}

@@ -27,6 +27,7 @@ from prometheus_client.core import CollectorRegistry, CounterMetricFamily, Gauge
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 from ..errors import MountctlError
+from ..health import HEALTH_STATES, SERVING_STATES
 from .registry import SHARED_STATES
 from .snapshot import StatusSnapshot
 from .status import status
@@ -129,7 +130,7 @@ class MountCollector:
 
 # Health states that make a mounted mount broken for /readyz.  Any other state (slow, busy, not permitted for
 # this user, not probed yet) is a mount that serves its owner: no reason to take the node out of service.
-BROKEN_HEALTH = ("unresponsive", "dead", "unmounted", "unauthorized")
+BROKEN_HEALTH = tuple(state for state in HEALTH_STATES if state not in SERVING_STATES)
 
 
 def readiness(rows: Iterable[dict[str, Any]]) -> tuple[bool, str]:

@@ -73,6 +73,10 @@ def _refs_of(manifest: Manifest, uri: str) -> tuple[list[str], list[SampleRef]]:
     refs = []
     for j, shard in enumerate(manifest.shards):
         for k, (jpg_at, jpg_size, cls_at, cls_size, crc) in enumerate(shard.members or ()):
+            if shard.labels is not None:  # the index holds the label: one range, the image alone
+                refs.append(SampleRef(shard.first_index + k, j, shard.labels[k], jpg_at, jpg_size, jpg_size,
+                                      crc32=crc, key=f"{shard.name}#{k}"))
+                continue
             refs.append(SampleRef(shard.first_index + k, j, -1, jpg_at, cls_at + cls_size - jpg_at, jpg_size,
                                   cls_at - jpg_at, cls_size, crc, f"{shard.name}#{k}"))
     return [s.name for s in manifest.shards], refs
@@ -167,13 +171,15 @@ class MapSampleDataset(Dataset):
                                    f"checksum of sample {ref.index} at offset {ref.offset} differs (the shard was "
                                    f"rewritten?); rebuild the index with `python resnet.py index {self.uri}`")
             try:
-                label = int(data[ref.cls_at:ref.cls_at + ref.cls_size])
+                label = label if label >= 0 else int(data[ref.cls_at:ref.cls_at + ref.cls_size])
             except ValueError:
                 raise DatasetError(f"sample {ref.index} of shard {self.uri}{name}: its .cls is not an integer "
                                    f"label; rebuild the index with `python resnet.py index {self.uri}`") from None
         else:
             image = data
-        if name.lower().endswith((".jpg", ".jpeg", ".tar")) and not image.startswith(JPEG_MAGIC):
+        # make's shards hold JPEGs only; a user's shards (labels in the index) may hold PNG or WebP too.
+        jpeg_only = name.lower().endswith((".jpg", ".jpeg")) or (name.endswith(".tar") and ref.label < 0)
+        if jpeg_only and not image.startswith(JPEG_MAGIC):
             where = f"object {self.uri}{name}" if ref.offset is None else f"sample {ref.index} of {self.uri}{name}"
             raise DatasetError(f"{where} is not a JPEG (it starts with {image[:8]!r}); replace or remove it")
         raw = RawSample(key=name, index=ref.index, image=image, label=label, shard=self.uri + name)

@@ -46,6 +46,9 @@ class DataTarget:
 def parse_data_uri(uri: str) -> DataTarget:
     """``s3://b/p/`` or ``s3://b/p/name-{000..009}.tar`` (webdataset's brace syntax, in the last part only)."""
     head, _, last = uri.rpartition("/")
+    if "{" in head:
+        raise InvalidSpec(f"{uri!r}: a brace pattern may only pick shard names, in the last part of the URI, e.g. "
+                          "s3://bucket/data/train-{000000..000009}.tar")
     if "{" not in last:
         return DataTarget(parse_s3_uri(uri))
     from braceexpand import braceexpand

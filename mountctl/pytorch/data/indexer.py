@@ -140,10 +140,9 @@ class _State:
         os.unlink(self.path)
 
 
-def _state_path(config: IndexConfig, target: DataTarget, output: IndexLocation) -> str:
-    """Beside a local output; in mountctl's private state directory when the output is in S3."""
-    if output.s3 is None:
-        return output.key_or_path + ".partial"
+def _state_path(config: IndexConfig, target: DataTarget) -> str:
+    """Keyed by the data and the label rule, not by the output: a run refused at the write (a read-only prefix)
+    and run again with ``--index-out`` reads nothing twice."""
     digest = hashlib.sha256(f"{target.uri}\n{config.label_field}".encode()).hexdigest()[:16]
     return os.path.join(paths.private_dir("index-state"), digest + ".jsonl")
 
@@ -251,7 +250,7 @@ def index_data(config: IndexConfig, settings: S3Settings, *, progress: TextIO | 
     started = time.monotonic()
     facts: dict[str, Any] = {}
     if shards:
-        state = _State(_state_path(config, target, output), {"data": target.uri, "label_field": config.label_field})
+        state = _State(_state_path(config, target), {"data": target.uri, "label_field": config.label_field})
         facts = _index_shards(config, settings, target, shards, state, shown)
         manifest = _shards_manifest(facts.pop("results"), config)
     else:

@@ -221,6 +221,8 @@ def walk_shard(name: str, reader: ShardReader, size: int, rule: LabelRule,
             length, kind = _octal(header[124:136]), header[156:157]
             data_at = offset + _BLOCK
             offset = data_at + -(-length // _BLOCK) * _BLOCK
+            if data_at + length > size:
+                raise EOFError(f"member {_header_name(header)!r} runs past the end of the object")
             if kind in (b"L", b"x"):
                 extra = reader.read(data_at, length)
                 long_name = extra.rstrip(b"\0").decode("utf-8") if kind == b"L" else _pax_path(extra)
@@ -247,6 +249,8 @@ def walk_shard(name: str, reader: ShardReader, size: int, rule: LabelRule,
                     raise DatasetError(f"{member} in shard {name} is {length} bytes: too large for a label")
                 current.values[lowered] = reader.read(data_at, length)
                 current.label_at[lowered] = (data_at, length)
+        else:
+            raise EOFError(f"no end-of-archive block in {size} bytes")
         if current is not None:
             finish(current)
     except (EOFError, UnicodeDecodeError, ValueError) as exc:

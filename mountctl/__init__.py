@@ -32,6 +32,7 @@ from .handle import MountHandle
 from .health import Health, HealthState
 from .local_s3 import LocalS3, uri_or_embedded
 from .mount import Mount
+from .paths import private_dir
 from .redaction import redact
 from .resilient import open_resilient
 from .s3 import S3Settings, S3Uri, parse_s3_uri, resolve
@@ -44,6 +45,7 @@ __all__ = [
     "open_resilient",
     "cache_options",
     "mount_cache_dir",
+    "private_dir",
     "Mount",
     "SharedMount",
     "MountHandle",

@@ -13,10 +13,10 @@ import os
 import uuid
 
 import pytest
-
-from conftest import require_fuse
 from own_data_support import listing, write_class_tree, write_shards
 from test_resume import TINY, SampleLogs, kill_resume_audit
+
+from conftest import require_fuse
 from torch_support import last_json_line, run_cli
 
 pytestmark = pytest.mark.usefixtures("s3_env")

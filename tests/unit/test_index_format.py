@@ -8,8 +8,8 @@ import time
 import pytest
 
 from mountctl import InvalidSpec
-from mountctl.pytorch.data.description import IndexLocation, parse_data_uri
 from mountctl.pytorch.data.indexer import class_tree
+from mountctl.pytorch.data.location import IndexLocation, parse_data_uri
 from mountctl.pytorch.data.manifest import FORMAT, Manifest, ShardInfo, from_json_text
 from mountctl.pytorch.errors import DatasetError
 

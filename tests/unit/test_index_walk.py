@@ -43,7 +43,8 @@ class _FileClient:
             return {"Body": io.BytesIO(f.read(stop - start + 1))}
 
 
-def _walk(path: str, *, ranged: bool = False, rule: LabelRule = LabelRule()):
+def _walk(path: str, *, ranged: bool = False, rule: LabelRule | None = None):
+    rule = rule or LabelRule()
     size = os.path.getsize(path)
     if ranged:
         reader = RangedReader(_FileClient(path), "b", "k", size)

@@ -25,8 +25,8 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any, TextIO
 
-from mountctl import S3Settings, paths, s3
-from mountctl.pytorch.data.description import DataTarget, IndexLocation, parse_data_uri
+from mountctl import S3Settings, private_dir, s3
+from mountctl.pytorch.data.location import DataTarget, IndexLocation, parse_data_uri
 from mountctl.pytorch.data.manifest import (
     FILES_FORMAT,
     IMAGE_KEYS,
@@ -144,7 +144,7 @@ def _state_path(config: IndexConfig, target: DataTarget) -> str:
     """Keyed by the data and the label rule, not by the output: a run refused at the write (a read-only prefix)
     and run again with ``--index-out`` reads nothing twice."""
     digest = hashlib.sha256(f"{target.uri}\n{config.label_field}".encode()).hexdigest()[:16]
-    return os.path.join(paths.private_dir("index-state"), digest + ".jsonl")
+    return os.path.join(private_dir("index-state"), digest + ".jsonl")
 
 
 def _read_shard(client: Any, target: DataTarget, name: str, size: int, etag: str | None, mode: str,

@@ -23,16 +23,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from mountctl import InvalidSpec, S3Settings, parse_s3_uri
-from mountctl.pytorch.errors import DatasetError, TruncatedShard, remake_hint
-from mountctl.s3 import short_client
+from mountctl import BucketNotFound, InvalidSpec, S3Settings, parse_s3_uri
+from mountctl.pytorch.data.location import INDEX_NAME, DataTarget, IndexLocation, parse_data_uri
+from mountctl.pytorch.errors import DatasetError, NoShards, TruncatedShard, remake_hint
+from mountctl.s3 import check_bucket_access, short_client
 
 __all__ = ["ShardInfo", "FileInfo", "Manifest", "MANIFEST_NAME", "INDEX_NAME", "FORMAT", "FILES_FORMAT",
-           "WIDS_KIND", "IMAGE_KEYS", "LABEL_KEYS", "load_manifest", "save_manifest", "check_shards_present", "Member", "from_json_text",
+           "WIDS_KIND", "IMAGE_KEYS", "LABEL_KEYS", "load_manifest", "load_dataset_description", "LoadedDataset", "save_manifest", "check_shards_present", "Member", "from_json_text",
            "index_hint"]
 
 MANIFEST_NAME = "manifest.json"
-INDEX_NAME = "index.wids.json"  # what `resnet.py index` writes beside a user's data
 FORMAT = "mountctl-webdataset/1"
 FILES_FORMAT = "mountctl-files/1"  # one image object per sample, ImageFolder layout
 WIDS_KIND = "wids-shard-index-v1"
@@ -216,8 +216,6 @@ def from_json_text(text: str | bytes, where: str) -> tuple[Manifest, str]:
 
 def load_manifest(settings: S3Settings, uri: str) -> Manifest:
     """The description of the dataset at ``uri`` (``manifest.json`` or an index beside the data)."""
-    from mountctl.pytorch.data.description import load_dataset_description
-
     return load_dataset_description(settings, uri).manifest
 
 
@@ -265,3 +263,70 @@ def check_shards_present(settings: S3Settings, uri: str, manifest: Manifest, *, 
         if added:
             raise DatasetError(f"shard {uri}{added[0]} ({len(added)} in all) was added after the index was "
                                f"built, so training would leave it out; {fix}")
+
+
+# -- finding the description ----------------------------------------------------------------------------------
+# ``train s3://b/p/`` reads ``p/manifest.json`` (what ``make`` wrote) or ``p/index.wids.json`` (what ``index``
+# wrote beside the data); ``--index PATH|s3://...`` names one kept elsewhere (a read-only prefix).  With no
+# description the error names the index command, never ``make``: ``make`` writes into the prefix, and a user's
+# prefix holds their data.
+
+
+@dataclass(frozen=True)
+class LoadedDataset:
+    """The description and the prefix its shard names are relative to (what every source kind opens)."""
+
+    uri: str
+    manifest: Manifest
+    selection: bool  # a brace pattern picked some shards: other shards under the prefix are not an error
+
+    def check_present(self, settings: S3Settings) -> None:
+        """One LIST: the shards are all there, unchanged since they were indexed (see ``check_shards_present``)."""
+        check_shards_present(settings, self.uri, self.manifest, exhaustive=not self.selection)
+
+
+def _nothing_found(settings: S3Settings, target: DataTarget) -> NoShards:
+    client = short_client(settings)
+    listed = list_objects(client, target.prefix.bucket, target.prefix.prefix)
+    anything = listed or client.list_objects_v2(Bucket=target.prefix.bucket, Prefix=target.prefix.prefix,
+                                                MaxKeys=1).get("KeyCount", 0)
+    tars = [n for n in listed if n.endswith(".tar")]
+    uri = target.uri
+    if tars:
+        return NoShards(f"{uri} holds {len(tars)} .tar shards but no index ({MANIFEST_NAME} or {INDEX_NAME}), "
+                        f"so training cannot account for its samples; {index_hint(uri)}, then train again "
+                        "(with --index PATH where the index went elsewhere)")
+    if anything:
+        return NoShards(f"no dataset index at {uri} (no {MANIFEST_NAME} or {INDEX_NAME}, no .tar shards directly "
+                        f"under it); for your own class folders, {index_hint(uri)}; or pass --index PATH")
+    # Nothing at all under the prefix: no user's data to protect, so a synthetic dataset is a fair suggestion.
+    return NoShards(f"no dataset at {uri}: nothing under it; write a synthetic one with `python resnet.py make "
+                    f"{uri} --num-images N`, or point at your own data and {index_hint(uri)}")
+
+
+def load_dataset_description(settings: S3Settings, uri: str, index: str | None = None) -> LoadedDataset:
+    """The description of ``uri``'s data: from ``index`` if given, else found beside the data."""
+    target = parse_data_uri(uri)
+    try:
+        # Classifies an unreachable endpoint or refused credentials before anything else.
+        check_bucket_access(settings, target.prefix.bucket, target.prefix.prefix)
+    except BucketNotFound:
+        raise NoShards(f"no dataset at {uri}: bucket {target.prefix.bucket!r} does not exist at "
+                       f"{settings.endpoint_url or 'AWS S3'}") from None
+    candidates = ([IndexLocation.parse(index)] if index else
+                  [IndexLocation(target.prefix, target.prefix.prefix + MANIFEST_NAME), IndexLocation.beside(target.prefix)])
+    for location in candidates:
+        body = location.read(settings)
+        if body is not None:
+            break
+    else:
+        if index:
+            raise NoShards(f"no index at {index}; {index_hint(target.uri)}")
+        raise _nothing_found(settings, target)
+    manifest, base = from_json_text(body, str(location))
+    if base and base != target.uri:
+        raise DatasetError(f"the index {location} describes shards under {base}, not {target.uri}: train on "
+                           f"{base}, or index {target.uri}")
+    if target.names is not None:
+        manifest = manifest.selected(target.names)
+    return LoadedDataset(target.uri, manifest, target.names is not None)

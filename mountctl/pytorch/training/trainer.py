@@ -15,8 +15,9 @@ from dataclasses import asdict, dataclass
 from typing import Any, TextIO
 
 from mountctl import InvalidSpec, S3Settings, resolve
-from mountctl.pytorch.data.description import load_dataset_description, parse_data_uri
 from mountctl.pytorch.data.device_decode import resolve_decode
+from mountctl.pytorch.data.location import parse_data_uri
+from mountctl.pytorch.data.manifest import load_dataset_description
 from mountctl.pytorch.data.sources import check_source_choice, open_source
 from mountctl.pytorch.notices import quiet_known_notices
 from mountctl.pytorch.worker_tmp import worker_tempdir

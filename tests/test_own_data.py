@@ -165,3 +165,31 @@ def test_class_tree_kill_and_resume_trains_every_image_once(s3, bucket, tmp_path
     layout = ["--source-kind", "fsspec", "--num-workers", "2"]
     counts, summary = kill_resume_audit(f"s3://{bucket}/tree/", tmp_path, before=layout, after=layout, num_images=36)
     assert summary["global_step"] == 9
+
+
+def test_wids_reads_the_index_mountctl_wrote_and_finds_the_same_samples(s3, bucket, tmp_path):
+    """The real ``wids.ShardListDataset`` opens ``index.wids.json`` (its shard URLs relative to the index, as
+    wids resolves them) over a copy of the prefix: same samples, same labels, images at the index's offsets."""
+    import wids
+
+    keys = write_shards(s3, bucket, "own/", str(tmp_path / "w"), shards=3, per_shard=5, classes=4)
+    index(f"s3://{bucket}/own/")
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    for key in listing(s3, bucket, "own/"):
+        s3.download_file(bucket, key, str(copy / key[len("own/"):]))
+    stored = json.loads((copy / "index.wids.json").read_text())
+    dataset = wids.ShardListDataset(str(copy / "index.wids.json"), cache_dir=str(tmp_path / "cache"),
+                                    transformations=[])
+    assert len(dataset) == len(keys) == 15
+    entries = [(entry["url"], more) for entry, more in zip(stored["shardlist"], stored["mountctl"]["shards"],
+                                                             strict=True)]
+    position = 0
+    for url, more in entries:
+        body = (copy / url).read_bytes()
+        for (image_at, image_size, *_), label in zip(more["members"], more["labels"], strict=True):
+            sample = dataset[position]
+            assert sample["__key__"] == keys[position]
+            assert int(sample[".cls"].read()) == label
+            assert sample[".jpg"].read() == body[image_at:image_at + image_size]
+            position += 1

@@ -155,8 +155,9 @@ def _read_shard(client: Any, target: DataTarget, name: str, size: int, etag: str
         return walk_shard(name, reader, size, rule, etag), reader
     # If-Match: a shard replaced while it is read is an error, not an index of two versions.
     extra = {"IfMatch": f'"{etag}"'} if etag else {}
+    asked = time.monotonic()
     body = client.get_object(Bucket=target.prefix.bucket, Key=key, **extra)["Body"]
-    stream = StreamReader(body)
+    stream = StreamReader(body, started=asked)
     try:
         return walk_shard(name, stream, size, rule, etag), stream
     finally:
@@ -269,8 +270,20 @@ def index_data(config: IndexConfig, settings: S3Settings, *, progress: TextIO | 
     return {"uri": target.uri, "index": str(output), "layout": manifest.layout, "shards": len(manifest.shards),
             "files": len(manifest.files), "samples": manifest.num_images, "classes": manifest.num_classes,
             "label": manifest.label, "seconds": round(seconds, 3), "objects_per_s": round(objects / max(seconds, 1e-6), 1),
-            "index_bytes": len(body), **facts,
+            "index_bytes": len(body), "peak_rss_mb": _peak_rss_mb(), **facts,
             **({"bytes_read_per_shard": round(facts["bytes_read"] / len(shards))} if shards else {})}
+
+
+def _peak_rss_mb() -> float | None:
+    """This process's peak resident memory (VmHWM: unlike ru_maxrss, it starts afresh at exec)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return round(int(line.split()[1]) / 1024, 1)
+    except OSError:
+        return None
+    return None
 
 
 def _write(settings: S3Settings, output: IndexLocation, body: bytes, target: DataTarget) -> None:

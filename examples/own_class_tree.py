@@ -3,6 +3,8 @@
 
     python examples/own_class_tree.py [s3://BUCKET/PREFIX/]
 
+It runs the two commands a user runs (``resnet.py index URI``, then ``resnet.py train URI``).
+
 Indexing a class tree is one paginated LIST: each image's key, size and ETag,
 labelled as torchvision's ``ImageFolder`` labels it (class folders sorted by
 name).  Training then reads the images map-style (one object per sample,
@@ -15,12 +17,14 @@ tree of JPEGs and PNGs of mixed sizes there, as a user's data would be.  Only
 
 import io
 import json
+import os
+import subprocess
 import sys
 
 import mountctl
-from mountctl.pytorch.data.indexer import IndexConfig, index_data
 from mountctl.pytorch.fallback import EXAMPLE_BUCKET
-from mountctl.pytorch.training.trainer import TrainConfig, train
+
+RESNET_PY = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "resnet.py")
 
 CLASSES = ("n01440764", "n01443537", "n01484850")  # ImageNet's folder names are WordNet ids
 
@@ -38,18 +42,27 @@ def upload_class_tree(uri: str) -> None:
             client.put_object(Bucket=location.bucket, Key=key, Body=image.getvalue())
 
 
+def resnet_py(*argv: str) -> dict:
+    """The command line a user would type; its last line is the JSON summary."""
+    done = subprocess.run([sys.executable, RESNET_PY, *argv], capture_output=True, text=True, check=False,
+                          timeout=900)
+    if done.returncode != 0:
+        sys.exit(done.stderr.strip().splitlines()[-1])
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 def main(uri: str) -> None:
     location = mountctl.parse_s3_uri(uri)
     listed = mountctl.s3.client(mountctl.resolve()).list_objects_v2(Bucket=location.bucket, Prefix=location.prefix,
                                                                      MaxKeys=1)
     if not listed.get("KeyCount"):
         upload_class_tree(uri)
-    indexed = index_data(IndexConfig(uri=uri), mountctl.resolve(), progress=None)
-    summary = train(TrainConfig(uri=uri, source_kind="s3io", arch="resnet18", batch_size=16, max_epochs=1,
-                                num_workers=2, accelerator="cpu", precision="32-true", progress=False),
-                    out=io.StringIO())  # the example prints its own line
+    indexed = resnet_py("index", uri, "--no-progress")
+    trained = resnet_py("train", uri, "--source-kind", "s3io", "--arch", "resnet18", "--batch-size", "16",
+                        "--max-epochs", "1", "--num-workers", "2", "--accelerator", "cpu", "--precision", "32",
+                        "--no-progress")
     print(json.dumps({"index": indexed["index"], "images": indexed["files"], "classes": indexed["classes"],
-                      "trained_images": summary["images"], "global_step": summary["global_step"]}))
+                      "trained_images": trained["images"], "global_step": trained["global_step"]}))
 
 
 if __name__ == "__main__":

@@ -144,8 +144,9 @@ def test_indexing_resumes_after_an_interruption_reading_only_the_shards_left(s3,
     s3.put_object(Bucket=bucket, Key="own/train-000002.tar", Body=good)
     summary = index(f"s3://{bucket}/own/", "--index-out", out)
     assert summary["reused_from_state"] == 3 and summary["samples"] == 12
-    again = index(f"s3://{bucket}/own/", "--index-out", out)  # the state went with the finished index
-    assert again["reused_from_state"] == 0
+    s3.upload_file(str(tmp_path / "w" / "train-000000.tar"), bucket, "own/train-000003.tar")  # a new version
+    again = index(f"s3://{bucket}/own/", "--index-out", out)  # the earlier index stands in for the state
+    assert again["reused_from_state"] == 3 and again["samples"] == 12
 
 
 def test_class_tree_trains_map_style_with_imagefolder_labels(s3, bucket, tmp_path):

@@ -6,7 +6,7 @@ class tree (``<class>/<file>.jpg|jpeg|png|webp``, labelled as torchvision's
 but the LIST.  Shards are each read once, by a bounded pool of readers, each
 holding at most a chunk of its shard (``tarwalk``).  Every shard indexed is
 appended to a state file at once, so an interrupted run resumes where it
-stopped.  The result is a wids shard index, written beside the data or to
+stopped; a shard of an earlier index at the same size and ETag is not read again.  The result is a wids shard index, written beside the data or to
 ``--index-out``; nothing else is ever written under the data's prefix.
 
 A prefix that holds ``manifest.json`` was written by ``make``: indexing it keeps
@@ -34,6 +34,7 @@ from mountctl.pytorch.data.manifest import (
     FileInfo,
     Manifest,
     ShardInfo,
+    from_json_text,
 )
 from mountctl.pytorch.data.tarwalk import LabelRule, RangedReader, ShardReader, StreamReader, walk_shard
 from mountctl.pytorch.errors import DatasetError, NoShards
@@ -129,6 +130,14 @@ class _State:
             return None
         return ShardInfo(name, entry["samples"], 0, size, members=tuple(tuple(m) for m in entry["members"]),
                          etag=etag, labels=tuple(entry["labels"])), set(entry["keys"]), entry["label"]
+
+    def adopt(self, previous: Manifest) -> None:
+        """The shards of an earlier index of the same data: a re-index reads only what changed since."""
+        for shard in previous.shards:
+            if shard.name not in self.done and shard.members is not None and shard.labels is not None:
+                self.done[shard.name] = {"name": shard.name, "bytes": shard.bytes, "etag": shard.etag,
+                                         "samples": shard.samples, "members": shard.members,
+                                         "labels": shard.labels, "keys": [], "label": previous.label}
 
     def add(self, info: ShardInfo, keys: set[str], label: str) -> None:
         entry = {"name": info.name, "bytes": info.bytes, "etag": info.etag, "samples": info.samples,
@@ -252,6 +261,9 @@ def index_data(config: IndexConfig, settings: S3Settings, *, progress: TextIO | 
     facts: dict[str, Any] = {}
     if shards:
         state = _State(_state_path(config, target), {"data": target.uri, "label_field": config.label_field})
+        previous = _previous(settings, output, config)
+        if previous is not None:
+            state.adopt(previous)
         facts = _index_shards(config, settings, target, shards, state, shown)
         manifest = _shards_manifest(facts.pop("results"), config)
     else:
@@ -272,6 +284,20 @@ def index_data(config: IndexConfig, settings: S3Settings, *, progress: TextIO | 
             "label": manifest.label, "seconds": round(seconds, 3), "objects_per_s": round(objects / max(seconds, 1e-6), 1),
             "index_bytes": len(body), "peak_rss_mb": _peak_rss_mb(), **facts,
             **({"bytes_read_per_shard": round(facts["bytes_read"] / len(shards))} if shards else {})}
+
+
+def _previous(settings: S3Settings, output: IndexLocation, config: IndexConfig) -> Manifest | None:
+    """The index already at ``output``, if it was built with the same label rule; anything else is rebuilt."""
+    body = output.read(settings)
+    if body is None:
+        return None
+    try:
+        manifest, _ = from_json_text(body, str(output))
+    except DatasetError:
+        return None
+    wanted = "json:" + config.label_field if config.label_field else None
+    same_rule = manifest.label == wanted if wanted else not manifest.label.startswith("json:")
+    return manifest if manifest.origin == "index" and same_rule else None
 
 
 def _peak_rss_mb() -> float | None:

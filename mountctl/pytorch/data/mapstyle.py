@@ -98,7 +98,7 @@ class MapSampleDataset(Dataset):
 
     def __init__(self, reader: ObjectReader, names: Sequence[str], refs: Sequence[SampleRef], *, image_size: int,
                  uri: str = "", readahead_threads: int = 16, readahead_bytes: int = 64 << 20,
-                 classes: Sequence[str] = ()) -> None:
+                 classes: Sequence[str] = (), fix_hint: str = "") -> None:
         if not refs:
             raise DatasetError(f"no samples at {uri or 'the dataset'}")
         self.reader = reader
@@ -109,6 +109,7 @@ class MapSampleDataset(Dataset):
         self.readahead_threads = readahead_threads
         self.readahead_bytes = readahead_bytes
         self.classes = list(classes)
+        self.fix_hint = fix_hint or remake_hint(uri)  # what to run when an object no longer matches the index
         self.class_to_idx = {name: i for i, name in enumerate(self.classes)}
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._pool_pid = 0
@@ -118,7 +119,8 @@ class MapSampleDataset(Dataset):
         """Files layout: one object per sample; shards layout: ranged reads through the tar index."""
         names, refs = _refs_of(manifest, uri)
         reader = source.map_reader(names, ranged=manifest.layout == "shards")
-        return cls(reader, names, refs, image_size=manifest.image_size, uri=uri, **options)
+        return cls(reader, names, refs, image_size=manifest.image_size, uri=uri, classes=manifest.classes,
+                   fix_hint=manifest.fix_hint(uri), **options)
 
     @property
     def samples(self) -> list[tuple[str, int]]:
@@ -152,8 +154,8 @@ class MapSampleDataset(Dataset):
             missing = isinstance(exc, FileNotFoundError) or any(
                 word in text for word in ("NoSuchKey", "Not Found", "not found", "does not exist", "404"))
             if missing:
-                raise DatasetError(f"object {self.uri}{name} listed in {MANIFEST_NAME} is missing: "
-                                   f"{remake_hint(self.uri)}") from None
+                raise DatasetError(f"object {self.uri}{name} named by the dataset's index is missing: "
+                                   f"{self.fix_hint}") from None
             raise DatasetError(f"reading object {self.uri}{name} failed: {text}") from None
         if ref.length is not None and len(data) != ref.length:
             raise DatasetError(f"the tar index of shard {self.uri}{name} does not match the shard: sample "

@@ -158,19 +158,29 @@ def _state_path(config: IndexConfig, target: DataTarget) -> str:
 
 def _read_shard(client: Any, target: DataTarget, name: str, size: int, etag: str | None, mode: str,
                 rule: LabelRule) -> tuple[tuple[ShardInfo, set[str], str], ShardReader]:
+    from botocore.exceptions import ClientError
+
     key = target.prefix.prefix + name
-    if mode == "headers":
-        reader: ShardReader = RangedReader(client, target.prefix.bucket, key, size)
-        return walk_shard(name, reader, size, rule, etag), reader
-    # If-Match: a shard replaced while it is read is an error, not an index of two versions.
-    extra = {"IfMatch": f'"{etag}"'} if etag else {}
-    asked = time.monotonic()
-    body = client.get_object(Bucket=target.prefix.bucket, Key=key, **extra)["Body"]
-    stream = StreamReader(body, started=asked)
+    # If-Match on every GET: a shard replaced while it is read is an error, not an index of two versions.
+    pin = {"IfMatch": f'"{etag}"'} if etag else {}
     try:
-        return walk_shard(name, stream, size, rule, etag), stream
-    finally:
-        body.close()
+        if mode == "headers":
+            reader: ShardReader = RangedReader(client, target.prefix.bucket, key, size, pin=pin)
+            return walk_shard(name, reader, size, rule, etag), reader
+        asked = time.monotonic()
+        body = client.get_object(Bucket=target.prefix.bucket, Key=key, **pin)["Body"]
+        stream = StreamReader(body, started=asked)
+        try:
+            return walk_shard(name, stream, size, rule, etag), stream
+        finally:
+            body.close()
+    except ClientError as exc:
+        code = exc.response.get("Error", {}).get("Code", "")
+        if code in ("PreconditionFailed", "412"):
+            raise DatasetError(f"shard {target.uri}{name} changed while it was being indexed; run the same index "
+                               "command again once the data is settled (shards already read are kept)") from None
+        raise DatasetError(f"reading shard {target.uri}{name} failed ({code or exc}); run the same index command "
+                           "again (shards already read are kept)") from None
 
 
 def choose_reader(stream: StreamReader, headers: int, size: int) -> tuple[str, dict[str, float]]:

@@ -102,6 +102,7 @@ class RangedReader:
     bucket: str
     key: str
     size: int
+    pin: dict[str, str] = field(default_factory=dict)  # IfMatch: the ETag the listing gave
     window: int = 2 * _BLOCK
     bytes_read: int = 0
     requests: int = 0
@@ -113,8 +114,8 @@ class RangedReader:
             stop = min(self.size, offset + max(length, self.window)) - 1
             if stop < offset:
                 return b""
-            self._data = self.client.get_object(Bucket=self.bucket, Key=self.key,
-                                                Range=f"bytes={offset}-{stop}")["Body"].read()
+            self._data = self.client.get_object(Bucket=self.bucket, Key=self.key, Range=f"bytes={offset}-{stop}",
+                                                **self.pin)["Body"].read()
             self._start = offset
             self.requests += 1
             self.bytes_read += len(self._data)

@@ -171,7 +171,7 @@ class Manifest:
             shards.append(ShardInfo(
                 name=str(entry["url"]).rpartition("/")[2], samples=int(entry["nsamples"]), first_index=first,
                 bytes=int(entry["filesize"]), sha256=str(more.get("sha256") or ""), etag=more.get("etag"),
-                members=None if members is None else tuple(tuple(m) for m in members),
+                members=None if members is None else tuple(map(tuple, members)),
                 labels=None if labels is None else tuple(labels)))
             first += shards[-1].samples
         files = tuple(FileInfo(str(f["key"]), int(f["label"]), int(f["bytes"]), f.get("etag"))

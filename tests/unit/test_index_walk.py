@@ -117,3 +117,15 @@ def test_a_cut_shard_is_truncated_not_shorter(cut, tmp_path):
 def test_sample_names_split_at_the_basename_first_dot():
     assert split_member_name("a.b/img001.seg.png") == ("a.b/img001", "seg.png")
     assert split_member_name("noext") is None
+
+
+def test_auto_reads_headers_only_where_a_member_streams_slower_than_a_round_trip():
+    import io
+    import time
+
+    from mountctl.pytorch.data.indexer import choose_reader
+
+    # What the first shard measured: 20 ms to the first byte, then 50 MB in 1 s.
+    timed = StreamReader(io.BytesIO(), started=time.monotonic() - 1.02, bytes_read=50_000_000, first_byte_s=0.02)
+    assert choose_reader(timed, headers=4, size=40_000_000)[0] == "headers"  # 10 MB members: 200 ms each
+    assert choose_reader(timed, headers=2_000, size=40_000_000)[0] == "stream"  # 20 KB members: 0.4 ms each

@@ -34,6 +34,7 @@ from .health import Health, HealthState
 from .local_s3 import LocalS3, uri_or_embedded
 from .mount import Mount
 from .object_version import VersionPin
+from .paths import private_dir
 from .ports import port_free
 from .redaction import redact
 from .resilient import open_resilient
@@ -48,6 +49,7 @@ __all__ = [
     "VersionPin",
     "cache_options",
     "mount_cache_dir",
+    "private_dir",
     "Mount",
     "SharedMount",
     "MountHandle",

@@ -148,7 +148,7 @@ def test_a_listed_object_that_is_missing_is_named(kind, s3, bucket, files_uri, m
     s3.delete_object(Bucket=bucket, Key="files/" + gone)
     with _opened(kind, files_uri) as source:
         dataset = MapSampleDataset.from_manifest(manifest, source, files_uri)
-        with pytest.raises(DatasetError, match=f"object {files_uri}{gone} listed in manifest.json is missing"):
+        with pytest.raises(DatasetError, match=f"object {files_uri}{gone} named by the dataset.s index is missing"):
             dataset.__getitems__([2, 3, 4])
 
 

@@ -54,15 +54,18 @@ def _train(args: argparse.Namespace) -> int:
         shuffle_buffer=args.shuffle_buffer, warmup_batches=args.warmup_batches, progress=not args.no_progress,
         log_dir=args.log_dir, decode=args.decode, checkpoint_every_n_steps=args.checkpoint_every_n_steps,
         sample_log=args.sample_log, num_nodes=args.num_nodes, arch=args.arch, random_access=args.random_access,
-        data_wait_threshold=args.data_wait_threshold, metrics_port=args.metrics_port, **mountpoint_options(args)))
+        data_wait_threshold=args.data_wait_threshold, metrics_port=args.metrics_port, index=args.index,
+        **mountpoint_options(args)))
     return 0
 
 
 def _index(args: argparse.Namespace) -> int:
     from mountctl import resolve
-    from mountctl.pytorch.data.tarindex import index_dataset
+    from mountctl.pytorch.data.indexer import IndexConfig, index_data
 
-    print(json.dumps(index_dataset(resolve(), args.uri)), flush=True)
+    config = IndexConfig(uri=args.uri, index_out=args.index_out, label_field=args.label_field, read=args.read,
+                         jobs=args.jobs, image_size=args.image_size)
+    print(json.dumps(index_data(config, resolve(), progress=None if args.no_progress else sys.stderr)), flush=True)
     return 0
 
 
@@ -107,13 +110,28 @@ def build_parser() -> argparse.ArgumentParser:
                       "ImageFolder layout PREFIX/train/<class>/<key>.jpg")
     make.set_defaults(func=_make)
 
-    index = commands.add_parser("index", help="add the tar index (random access by sample) to the manifest of "
-                                "shards made before it existed; the shards are read, not rewritten")
-    index.add_argument("uri", help="s3://bucket/prefix/ holding shards and manifest.json")
+    index = commands.add_parser("index", help="index your own data once (WebDataset shards or a class-per-folder "
+                                "tree) so train can account for every sample; reads the data, never writes to it")
+    index.add_argument("uri", help="s3://bucket/prefix/ holding .tar shards (or s3://bucket/prefix/train-{000000.."
+                       "000099}.tar) or <class>/<image> folders; a prefix with make's manifest.json gains its tar index")
+    index.add_argument("--index-out", default=None, metavar="PATH|s3://...",
+                       help="where the index goes (default: index.wids.json beside the data); use it when the "
+                       "data's prefix is read-only, then train with --index")
+    index.add_argument("--label-field", default=None, metavar="F",
+                       help="the field of each sample's .json that holds its class number (default: .cls, else .txt)")
+    index.add_argument("--read", choices=("auto", "stream", "headers"), default="auto",
+                       help="stream each shard, or read only its tar headers by ranged GETs; auto (default) times "
+                       "the first shard and picks the cheaper")
+    index.add_argument("--jobs", type=int, default=8, help="shards read at once (default 8)")
+    index.add_argument("--image-size", type=int, default=224, help="the side training resizes and crops to")
+    index.add_argument("--no-progress", action="store_true", help="no progress line")
     index.set_defaults(func=_index)
 
-    train = commands.add_parser("train", help="train ResNet-50 on a dataset written by `make`")
-    train.add_argument("uri", help="s3://bucket/prefix/ holding shards and manifest.json")
+    train = commands.add_parser("train", help="train ResNet-50 on a dataset written by `make` or indexed by `index`")
+    train.add_argument("uri", help="s3://bucket/prefix/ holding shards or class folders and their index, or "
+                       "s3://bucket/prefix/train-{000000..000099}.tar (webdataset's brace pattern)")
+    train.add_argument("--index", default=None, metavar="PATH|s3://...",
+                       help="the dataset's index where it is not beside the data (what `index --index-out` wrote)")
     train.add_argument("--source-kind", choices=list(SOURCE_KINDS), default="mountpoint",
                        help="mountpoint: a shared mountctl mount; s3io: s3torchconnector; fsspec: s3fs")
     train.add_argument("--batch-size", type=int, default=256)

@@ -149,7 +149,8 @@ class ShardDataset(IterableDataset):
                                  window=self.shuffle_buffer, shuffle=self.shuffle)[piece.start:piece.stop]
             wanted = [shard.first_index + i for i in order]
             yield from reordered(read_shard(name, stream, first_index=shard.first_index, start=min(order),
-                                            stop=max(order) + 1, expected=shard.samples), wanted)
+                                            stop=max(order) + 1, expected=shard.samples, labels=shard.labels,
+                                            hint=self.manifest.fix_hint()), wanted)
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         info = get_worker_info()

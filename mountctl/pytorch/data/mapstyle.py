@@ -73,6 +73,10 @@ def _refs_of(manifest: Manifest, uri: str) -> tuple[list[str], list[SampleRef]]:
     refs = []
     for j, shard in enumerate(manifest.shards):
         for k, (jpg_at, jpg_size, cls_at, cls_size, crc) in enumerate(shard.members or ()):
+            if shard.labels is not None:  # the index holds the label: one range, the image alone
+                refs.append(SampleRef(shard.first_index + k, j, shard.labels[k], jpg_at, jpg_size, jpg_size,
+                                      crc32=crc, key=f"{shard.name}#{k}"))
+                continue
             refs.append(SampleRef(shard.first_index + k, j, -1, jpg_at, cls_at + cls_size - jpg_at, jpg_size,
                                   cls_at - jpg_at, cls_size, crc, f"{shard.name}#{k}"))
     return [s.name for s in manifest.shards], refs
@@ -94,7 +98,7 @@ class MapSampleDataset(Dataset):
 
     def __init__(self, reader: ObjectReader, names: Sequence[str], refs: Sequence[SampleRef], *, image_size: int,
                  uri: str = "", readahead_threads: int = 16, readahead_bytes: int = 64 << 20,
-                 classes: Sequence[str] = ()) -> None:
+                 classes: Sequence[str] = (), fix_hint: str = "") -> None:
         if not refs:
             raise DatasetError(f"no samples at {uri or 'the dataset'}")
         self.reader = reader
@@ -105,6 +109,7 @@ class MapSampleDataset(Dataset):
         self.readahead_threads = readahead_threads
         self.readahead_bytes = readahead_bytes
         self.classes = list(classes)
+        self.fix_hint = fix_hint or remake_hint(uri)  # what to run when an object no longer matches the index
         self.class_to_idx = {name: i for i, name in enumerate(self.classes)}
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._pool_pid = 0
@@ -114,7 +119,8 @@ class MapSampleDataset(Dataset):
         """Files layout: one object per sample; shards layout: ranged reads through the tar index."""
         names, refs = _refs_of(manifest, uri)
         reader = source.map_reader(names, ranged=manifest.layout == "shards")
-        return cls(reader, names, refs, image_size=manifest.image_size, uri=uri, **options)
+        return cls(reader, names, refs, image_size=manifest.image_size, uri=uri, classes=manifest.classes,
+                   fix_hint=manifest.fix_hint(uri), **options)
 
     @property
     def samples(self) -> list[tuple[str, int]]:
@@ -148,8 +154,8 @@ class MapSampleDataset(Dataset):
             missing = isinstance(exc, FileNotFoundError) or any(
                 word in text for word in ("NoSuchKey", "Not Found", "not found", "does not exist", "404"))
             if missing:
-                raise DatasetError(f"object {self.uri}{name} listed in {MANIFEST_NAME} is missing: "
-                                   f"{remake_hint(self.uri)}") from None
+                raise DatasetError(f"object {self.uri}{name} named by the dataset's index is missing: "
+                                   f"{self.fix_hint}") from None
             raise DatasetError(f"reading object {self.uri}{name} failed: {text}") from None
         if ref.length is not None and len(data) != ref.length:
             raise DatasetError(f"the tar index of shard {self.uri}{name} does not match the shard: sample "
@@ -167,13 +173,15 @@ class MapSampleDataset(Dataset):
                                    f"checksum of sample {ref.index} at offset {ref.offset} differs (the shard was "
                                    f"rewritten?); rebuild the index with `python resnet.py index {self.uri}`")
             try:
-                label = int(data[ref.cls_at:ref.cls_at + ref.cls_size])
+                label = label if label >= 0 else int(data[ref.cls_at:ref.cls_at + ref.cls_size])
             except ValueError:
                 raise DatasetError(f"sample {ref.index} of shard {self.uri}{name}: its .cls is not an integer "
                                    f"label; rebuild the index with `python resnet.py index {self.uri}`") from None
         else:
             image = data
-        if name.lower().endswith((".jpg", ".jpeg", ".tar")) and not image.startswith(JPEG_MAGIC):
+        # make's shards hold JPEGs only; a user's shards (labels in the index) may hold PNG or WebP too.
+        jpeg_only = name.lower().endswith((".jpg", ".jpeg")) or (name.endswith(".tar") and ref.label < 0)
+        if jpeg_only and not image.startswith(JPEG_MAGIC):
             where = f"object {self.uri}{name}" if ref.offset is None else f"sample {ref.index} of {self.uri}{name}"
             raise DatasetError(f"{where} is not a JPEG (it starts with {image[:8]!r}); replace or remove it")
         raw = RawSample(key=name, index=ref.index, image=image, label=label, shard=self.uri + name)

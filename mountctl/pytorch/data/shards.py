@@ -19,11 +19,12 @@ from typing import Any, BinaryIO
 import torch
 
 from mountctl.pytorch.data.jpeg import DECODE_ERRORS, decode_jpeg, jpeg_frame
+from mountctl.pytorch.data.manifest import IMAGE_KEYS
 from mountctl.pytorch.errors import DatasetError, TruncatedShard, remake_hint
 
 __all__ = ["RawSample", "read_shard", "decode", "reordered", "batched", "IMAGE_EXTENSIONS"]
 
-IMAGE_EXTENSIONS = ("jpg", "jpeg", "png", "webp")
+IMAGE_EXTENSIONS = IMAGE_KEYS
 # A mount program that S3 stops authorizing (a revoked or expired key) serves files as empty; say so first.
 _NO_BYTES = ("a mount whose program lost access to S3 (a revoked, rotated or expired key: look for 403 or "
              "AccessDenied in the mount's log) reads like this; if the credentials are good, the shard was "
@@ -51,14 +52,16 @@ def _samples_of(name: str, stream: BinaryIO) -> Iterator[dict[str, Any]]:
                          handler=reraise)
 
 
-def _to_raw(name: str, sample: dict[str, Any], index: int) -> RawSample:
+def _to_raw(name: str, sample: dict[str, Any], index: int, label: int | None, hint: str) -> RawSample:
     image = next((sample[ext] for ext in IMAGE_EXTENSIONS if ext in sample), None)
+    if image is not None and label is not None:  # the index read the label (cls, txt or a json field) already
+        return RawSample(str(sample["__key__"]), index, image, label, name)
     if image is None or "cls" not in sample:
         # What a shard cut off between a sample's two members looks like.
         parts = sorted(k for k in sample if not k.startswith("__"))
         raise TruncatedShard(f"shard {name} is truncated or malformed: sample {sample.get('__key__')!r} has "
                              f"only {parts}, not an image ({'/'.join(IMAGE_EXTENSIONS)}) and a .cls label; "
-                             f"{remake_hint()}", shard=name)
+                             f"{hint}", shard=name)
     try:
         label = int(sample["cls"])
     except ValueError:
@@ -74,32 +77,36 @@ def _reason(exc: BaseException) -> str:
 
 
 def read_shard(name: str, stream: BinaryIO, *, first_index: int, start: int, stop: int,
-               expected: int) -> Iterator[RawSample]:
+               expected: int, labels: Sequence[int] | None = None, hint: str = "") -> Iterator[RawSample]:
     """Samples ``start`` to ``stop`` of one shard, stopping once past ``stop``.
 
     A tar stream that ends early or breaks off mid-member raises
     ``TruncatedShard`` naming the shard: silently training on fewer samples
-    would break the exactly-once promise.
+    would break the exactly-once promise.  ``labels``: each sample's label
+    from the index (a user's data); else each sample's ``.cls`` is read.
+    ``hint``: what to run when the shard does not match its description.
     """
+    hint = hint or remake_hint()
     position = 0
     try:
         for sample in _samples_of(name, stream):
             if position >= stop:
                 return
             if position >= start:
-                yield _to_raw(name, sample, first_index + position)
+                yield _to_raw(name, sample, first_index + position,
+                              None if labels is None else labels[position], hint)
             position += 1
     except (tarfile.TarError, EOFError) as exc:
         if position == 0 and "empty file" in str(exc):
             raise TruncatedShard(f"shard {name} gave no bytes at all: {_NO_BYTES}", shard=name) from None
         raise TruncatedShard(f"shard {name} is truncated or corrupt after {position} of {expected} samples "
-                             f"({_reason(exc)}); {remake_hint()}", shard=name) from None
+                             f"({_reason(exc)}); {hint}", shard=name) from None
     if position == 0 < stop:
         raise TruncatedShard(f"shard {name} held no sample where the manifest says {expected}: {_NO_BYTES}",
                              shard=name)
     if position < stop:
         raise TruncatedShard(f"shard {name} ended after {position} samples but the manifest says {expected}; "
-                             f"it was truncated or overwritten: {remake_hint()}", shard=name)
+                             f"it was truncated or overwritten: {hint}", shard=name)
 
 
 def decode(sample: RawSample, image_size: int) -> tuple[torch.Tensor, int, int]:
@@ -123,7 +130,7 @@ def decode(sample: RawSample, image_size: int) -> tuple[torch.Tensor, int, int]:
         image = opened.convert("RGB")
     except (OSError, SyntaxError, ValueError, *DECODE_ERRORS) as exc:  # what Pillow and TorchCodec raise
         raise DatasetError(f"sample {sample.key!r} in shard {sample.shard} is not a decodable image "
-                           f"({exc}); {remake_hint()}") from None
+                           f"({exc}): its stored bytes are damaged; rewrite or remove that sample") from None
     if image.size != (image_size, image_size):
         scale = image_size / min(image.size)
         width, height = max(image_size, round(image.width * scale)), max(image_size, round(image.height * scale))

@@ -14,9 +14,10 @@ import sys
 from dataclasses import asdict, dataclass
 from typing import Any, TextIO
 
-from mountctl import InvalidSpec, S3Settings, parse_s3_uri, port_free, resolve
+from mountctl import InvalidSpec, S3Settings, port_free, resolve
 from mountctl.pytorch.data.device_decode import resolve_decode
-from mountctl.pytorch.data.manifest import check_shards_present, load_manifest
+from mountctl.pytorch.data.location import parse_data_uri
+from mountctl.pytorch.data.manifest import load_dataset_description
 from mountctl.pytorch.data.sources import check_source_choice, open_source
 from mountctl.pytorch.notices import quiet_known_notices
 from mountctl.pytorch.worker_tmp import worker_tempdir
@@ -151,9 +152,11 @@ class TrainConfig:
     read_ahead: bool = False  # mountpoint kind, with the cache: warm each reader's next shards (measured slower here)
     data_wait_threshold: float = 0.2  # above this share of step time waiting for data, one line says what to try
     metrics_port: int | None = None  # rank 0 serves data_wait_fraction on 127.0.0.1:PORT/metrics (Prometheus)
+    index: str | None = None  # --index PATH|s3://...: the dataset's index where it is not beside the data
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "uri", str(parse_s3_uri(self.uri)))
+        target = parse_data_uri(self.uri)  # a prefix, or shards picked by a brace pattern
+        object.__setattr__(self, "uri", self.uri if target.names is not None else target.uri)
         check_source_choice(self.source_kind, self.backend)
         if self.batch_size < 1:
             raise InvalidSpec(f"--batch-size must be at least 1, not {self.batch_size}")
@@ -247,13 +250,13 @@ def _summary(config: TrainConfig, manifest: Any, trainer: Any, source: Any, moni
     }
 
 
-def _datamodule(config: TrainConfig, manifest: Any, source: Any, num_workers: int, pin_memory: bool,
+def _datamodule(config: TrainConfig, manifest: Any, uri: str, source: Any, num_workers: int, pin_memory: bool,
                 decode: str) -> Any:
     """Map-style for the files layout (and indexed shards with ``random_access``), else the shard stream."""
     from mountctl.pytorch.data.datamodule import MapDataModule, ShardDataModule
 
     if manifest.layout == "files" or config.random_access:
-        return MapDataModule(manifest, source, config.uri, batch_size=config.batch_size, num_workers=num_workers,
+        return MapDataModule(manifest, source, uri, batch_size=config.batch_size, num_workers=num_workers,
                              seed=config.seed, pin_memory=pin_memory, readahead_threads=config.readahead_threads)
     return ShardDataModule(manifest, source, batch_size=config.batch_size, num_workers=num_workers,
                            seed=config.seed, shuffle_buffer=config.shuffle_buffer, pin_memory=pin_memory,
@@ -280,8 +283,9 @@ def train(config: TrainConfig, *, settings: S3Settings | None = None, out: TextI
     from mountctl.pytorch.training.data_wait import DataWaitMonitor
 
     settings = settings or resolve()
-    manifest = load_manifest(settings, config.uri)
-    check_shards_present(settings, config.uri, manifest)
+    dataset = load_dataset_description(settings, config.uri, config.index)
+    dataset.check_present(settings)
+    manifest = dataset.manifest
     target = CheckpointTarget.parse(config.checkpoint_dir) if config.checkpoint_dir else None
     if target is not None:
         target.prepare(settings)
@@ -302,7 +306,7 @@ def train(config: TrainConfig, *, settings: S3Settings | None = None, out: TextI
     lightning.seed_everything(config.seed, verbose=False)
 
     # worker_tempdir: the DataLoader workers' pymp-* directories are one, and removed even when a run is cut short.
-    with worker_tempdir(), open_source(config.source_kind, config.uri, settings, backend=config.backend, mount_dir=config.mount_dir,
+    with worker_tempdir(), open_source(config.source_kind, dataset.uri, settings, backend=config.backend, mount_dir=config.mount_dir,
                      cache=config.cache, cache_dir=config.cache_dir, cache_size_mb=config.cache_size_mb,
                      read_ahead=config.read_ahead, dataset_bytes=manifest.total_bytes,
                      readers=max(1, num_workers)) as source:
@@ -331,7 +335,7 @@ def train(config: TrainConfig, *, settings: S3Settings | None = None, out: TextI
         model = ResNetClassifier(manifest.num_classes, lr=config.learning_rate, arch=config.arch)
         if decode == "gpu":  # images arrive channels_last from the decoder: keep the convolutions in it
             model = model.to(memory_format=torch.channels_last)
-        data = _datamodule(config, manifest, source, num_workers, trainer.strategy.root_device.type == "cuda",
+        data = _datamodule(config, manifest, dataset.uri, source, num_workers, trainer.strategy.root_device.type == "cuda",
                            decode)
         trainer.fit(model, datamodule=data, ckpt_path=resume_from, weights_only=True)
         summary = _summary(config, manifest, trainer, source, monitor, num_workers=num_workers,

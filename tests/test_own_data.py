@@ -1,0 +1,196 @@
+"""Training on data that `make` did not write: shards from webdataset's `ShardWriter` and class trees, indexed once.
+
+Every test uploads real data with boto3 to the real local S3 (no manifest), runs the real command line
+(`resnet.py index`, `resnet.py train`) and audits `--sample-log`: every sample trained exactly once.
+Tiny on purpose: ResNet-18, 32 px, tens of samples, CPU.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import uuid
+
+import pytest
+from own_data_support import listing, write_class_tree, write_shards
+from test_resume import TINY, SampleLogs, kill_resume_audit
+
+from conftest import require_fuse
+from torch_support import last_json_line, run_cli
+
+pytestmark = pytest.mark.usefixtures("s3_env")
+
+
+def index(uri: str, *extra: str) -> dict:
+    done = run_cli(["index", uri, "--no-progress", "--jobs", "2", *extra])
+    assert done.returncode == 0, done.stderr[-3000:]
+    return last_json_line(done.stdout)
+
+
+def train(uri: str, tmp_path, *extra: str) -> tuple[dict, collections.Counter]:
+    log = str(tmp_path / f"samples-{uuid.uuid4().hex[:6]}.log")
+    done = run_cli(["train", uri, *TINY, "--max-epochs", "1", "--sample-log", log,
+                    *extra], timeout=400)
+    assert done.returncode == 0, done.stderr[-3000:]
+    counts = collections.Counter(row[0] for row in SampleLogs(log).read_new())
+    return last_json_line(done.stdout), counts
+
+
+def kind_args(kind: str, mount_root) -> list[str]:
+    if kind == "mountpoint":
+        require_fuse()
+        return ["--source-kind", kind, "--backend", "rclone", "--mount-dir", str(mount_root / "m")]
+    return ["--source-kind", kind]
+
+
+@pytest.mark.parametrize("kind", ["mountpoint", "s3io", "fsspec"])
+def test_shardwriter_shards_train_after_index_with_every_sample_once(kind, s3, bucket, mount_root, tmp_path):
+    keys = write_shards(s3, bucket, "own/", str(tmp_path / "w"), shards=4, per_shard=6, classes=5)
+    summary = index(f"s3://{bucket}/own/")
+    assert (summary["shards"], summary["samples"], summary["classes"], summary["label"]) == (4, 24, 5, "cls")
+    trained, counts = train(f"s3://{bucket}/own/", tmp_path, *kind_args(kind, mount_root), "--num-workers", "2")
+    assert set(counts) == set(keys) and set(counts.values()) == {1}
+    assert trained["global_step"] == 6  # 24 samples in batches of 4
+
+
+@pytest.mark.parametrize("kind", ["mountpoint", "s3io", "fsspec"])
+def test_kill_and_resume_on_indexed_shards_trains_every_sample_once(kind, s3, bucket, mount_root, tmp_path):
+    write_shards(s3, bucket, "own/", str(tmp_path / "w"), shards=4, per_shard=12, classes=3)
+    index(f"s3://{bucket}/own/")
+    layout = [*kind_args(kind, mount_root), "--num-workers", "2"]
+    counts, summary = kill_resume_audit(f"s3://{bucket}/own/", tmp_path, before=layout, after=layout, num_images=48)
+    assert summary["global_step"] == 12
+
+
+def test_map_style_random_access_into_indexed_shards_trains_every_sample_once(s3, bucket, tmp_path):
+    keys = write_shards(s3, bucket, "own/", str(tmp_path / "w"), shards=3, per_shard=8, classes=4, image="png")
+    index(f"s3://{bucket}/own/")
+    trained, counts = train(f"s3://{bucket}/own/", tmp_path, "--source-kind", "s3io", "--random-access",
+                            "--num-workers", "2")
+    assert len(counts) == len(keys) == 24 and set(counts.values()) == {1}
+
+
+def test_labels_from_a_json_field(s3, bucket, tmp_path):
+    write_shards(s3, bucket, "own/", str(tmp_path / "w"), shards=2, per_shard=6, classes=7, label="json")
+    refused = run_cli(["index", f"s3://{bucket}/own/", "--no-progress"])
+    assert refused.returncode == 1 and "--label-field" in refused.stderr
+    summary = index(f"s3://{bucket}/own/", "--label-field", "label")
+    assert (summary["label"], summary["classes"]) == ("json:label", 7)
+    trained, counts = train(f"s3://{bucket}/own/", tmp_path, "--source-kind", "fsspec", "--num-workers", "1")
+    assert len(counts) == 12
+
+
+def test_brace_pattern_trains_the_shards_it_names(s3, bucket, tmp_path):
+    keys = write_shards(s3, bucket, "own/", str(tmp_path / "w"), shards=4, per_shard=4)
+    index(f"s3://{bucket}/own/")
+    trained, counts = train(f"s3://{bucket}/own/train-{{000001..000002}}.tar", tmp_path, "--source-kind", "s3io",
+                            "--num-workers", "1")
+    assert sorted(counts) == keys[4:12] and set(counts.values()) == {1}
+
+
+def test_no_index_names_the_index_command_never_make(s3, bucket, tmp_path):
+    write_shards(s3, bucket, "own/", str(tmp_path / "w"), shards=2, per_shard=3)
+    done = run_cli(["train", f"s3://{bucket}/own/", *TINY, "--source-kind", "s3io"])
+    assert done.returncode == 1
+    assert "2 .tar shards but no index" in done.stderr and f"resnet.py index s3://{bucket}/own/" in done.stderr
+    assert "make" not in done.stderr
+
+
+def test_overwritten_shard_is_refused_at_start_in_one_line(s3, bucket, tmp_path):
+    write_shards(s3, bucket, "own/", str(tmp_path / "w"), shards=2, per_shard=3)
+    index(f"s3://{bucket}/own/")
+    other = tmp_path / "other"
+    write_shards(s3, bucket, "elsewhere/", str(other), shards=2, per_shard=3, classes=2)  # same shape, new bytes
+    s3.upload_file(str(other / "train-000001.tar"), bucket, "own/train-000001.tar")
+    done = run_cli(["train", f"s3://{bucket}/own/", *TINY, "--source-kind", "s3io"])
+    assert done.returncode == 1
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert f"s3://{bucket}/own/train-000001.tar changed since it was indexed" in lines[0]
+    assert f"resnet.py index s3://{bucket}/own/" in lines[0] and "make" not in lines[0]
+
+
+def test_read_only_prefix_indexes_to_index_out_and_writes_nothing_under_it(local_s3, s3, bucket, tmp_path,
+                                                                           monkeypatch):
+    from mountctl.local_s3_identities import add_identity
+
+    keys = write_shards(s3, bucket, "own/", str(tmp_path / "w"), shards=2, per_shard=4)
+    before = listing(s3, bucket, "own/")
+    user, access, secret = f"ro-{uuid.uuid4().hex[:6]}", f"RO{uuid.uuid4().hex[:16].upper()}", uuid.uuid4().hex
+    add_identity(local_s3, user, access, secret, actions=("Read", "List"))
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", access)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", secret)
+    refused = run_cli(["index", f"s3://{bucket}/own/", "--no-progress"])
+    assert refused.returncode == 1 and "--index-out" in refused.stderr, refused.stderr
+    out = str(tmp_path / "indexes" / "own.json")
+    summary = index(f"s3://{bucket}/own/", "--index-out", out)
+    assert summary["reused_from_state"] == 2  # the refused run had read both shards already
+    assert listing(s3, bucket, "own/") == before
+    trained, counts = train(f"s3://{bucket}/own/", tmp_path, "--source-kind", "s3io", "--num-workers", "1",
+                            "--index", out)
+    assert sorted(counts) == keys
+    assert listing(s3, bucket, "own/") == before
+
+
+def test_indexing_resumes_after_an_interruption_reading_only_the_shards_left(s3, bucket, tmp_path):
+    write_shards(s3, bucket, "own/", str(tmp_path / "w"), shards=4, per_shard=3)
+    good = s3.get_object(Bucket=bucket, Key="own/train-000002.tar")["Body"].read()
+    s3.put_object(Bucket=bucket, Key="own/train-000002.tar", Body=good[:1500])  # cut mid-member
+    out = str(tmp_path / "index.json")
+    failed = run_cli(["index", f"s3://{bucket}/own/", "--no-progress", "--index-out", out])
+    assert failed.returncode == 1 and "train-000002.tar is truncated" in failed.stderr, failed.stderr
+    assert not os.path.exists(out)
+    s3.put_object(Bucket=bucket, Key="own/train-000002.tar", Body=good)
+    summary = index(f"s3://{bucket}/own/", "--index-out", out)
+    assert summary["reused_from_state"] == 3 and summary["samples"] == 12
+    s3.upload_file(str(tmp_path / "w" / "train-000000.tar"), bucket, "own/train-000003.tar")  # a new version
+    again = index(f"s3://{bucket}/own/", "--index-out", out)  # the earlier index stands in for the state
+    assert again["reused_from_state"] == 3 and again["samples"] == 12
+
+
+def test_class_tree_trains_map_style_with_imagefolder_labels(s3, bucket, tmp_path):
+    keys = write_class_tree(s3, bucket, "tree/")
+    summary = index(f"s3://{bucket}/tree/")
+    assert (summary["layout"], summary["files"], summary["classes"]) == ("files", 15, 3)
+    stored = json.loads(s3.get_object(Bucket=bucket, Key="tree/index.wids.json")["Body"].read())
+    assert stored["mountctl"]["classes"] == ["n01", "n02", "n10"]  # as torchvision's ImageFolder sorts them
+    assert {f["key"].split("/")[0]: f["label"] for f in stored["mountctl"]["files"]} == {"n01": 0, "n02": 1, "n10": 2}
+    trained, counts = train(f"s3://{bucket}/tree/", tmp_path, "--source-kind", "s3io", "--num-workers", "2")
+    assert sorted(counts) == sorted(k[len("tree/"):] for k in keys) and set(counts.values()) == {1}
+
+
+def test_class_tree_kill_and_resume_trains_every_image_once(s3, bucket, tmp_path):
+    write_class_tree(s3, bucket, "tree/", per_class=12)
+    index(f"s3://{bucket}/tree/")
+    layout = ["--source-kind", "fsspec", "--num-workers", "2"]
+    counts, summary = kill_resume_audit(f"s3://{bucket}/tree/", tmp_path, before=layout, after=layout, num_images=36)
+    assert summary["global_step"] == 9
+
+
+def test_wids_reads_the_index_mountctl_wrote_and_finds_the_same_samples(s3, bucket, tmp_path):
+    """The real ``wids.ShardListDataset`` opens ``index.wids.json`` (its shard URLs relative to the index, as
+    wids resolves them) over a copy of the prefix: same samples, same labels, images at the index's offsets."""
+    import wids
+
+    keys = write_shards(s3, bucket, "own/", str(tmp_path / "w"), shards=3, per_shard=5, classes=4)
+    index(f"s3://{bucket}/own/")
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    for key in listing(s3, bucket, "own/"):
+        s3.download_file(bucket, key, str(copy / key[len("own/"):]))
+    stored = json.loads((copy / "index.wids.json").read_text())
+    dataset = wids.ShardListDataset(str(copy / "index.wids.json"), cache_dir=str(tmp_path / "cache"),
+                                    transformations=[])
+    assert len(dataset) == len(keys) == 15
+    entries = [(entry["url"], more) for entry, more in zip(stored["shardlist"], stored["mountctl"]["shards"],
+                                                             strict=True)]
+    position = 0
+    for url, more in entries:
+        body = (copy / url).read_bytes()
+        for (image_at, image_size, *_), label in zip(more["members"], more["labels"], strict=True):
+            sample = dataset[position]
+            assert sample["__key__"] == keys[position]
+            assert int(sample[".cls"].read()) == label
+            assert sample[".jpg"].read() == body[image_at:image_at + image_size]
+            position += 1

@@ -20,4 +20,5 @@ run_pytest() {
 }
 
 run_pytest -q -m unit -p no:cacheprovider
-run_pytest -ra -m "not unit" "$@"
+# The slowest tests are listed at the end, so each CI log shows where its time went.
+run_pytest -ra -m "not unit" --durations=25 "$@"

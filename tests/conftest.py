@@ -23,6 +23,11 @@ ON_CI = os.environ.get("CI", "").lower() == "true"
 # Every test session gets a private MOUNTCTL_HOME so that it never touches the user's.
 _SESSION_HOME = tempfile.mkdtemp(prefix="mountctl-test-home-")
 os.environ["MOUNTCTL_HOME"] = _SESSION_HOME
+# torch's OpenMP threads spin while they wait for work.  With more runnable threads than cores (DataLoader
+# workers, mount programs, the S3 server and another job on two cores) the spinning takes the cores the work
+# needs: a ResNet-18 step of 8 images took 12-25 s at load 25 spinning, 2.6 s with passive waits.  Set before
+# torch loads, here and in every child the tests start; a value already in the environment wins.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 from mountctl.backends import BACKENDS  # noqa: E402
 from mountctl.local_s3 import LocalS3  # noqa: E402
@@ -205,3 +210,48 @@ def mount_root(tmp_path):
     run_dir = os.path.join(_SESSION_HOME, "run")
     leftover_dirs = [n for n in os.listdir(run_dir) if n.startswith("mount-")] if os.path.isdir(run_dir) else []
     assert not leftover_dirs, f"scratch directories left behind: {leftover_dirs}"
+
+
+def new_children(before: set[int], wait_s: float = 5.0) -> list[str]:
+    """Command lines of this process's children not in ``before`` still alive after a bounded wait
+    (a mount supervisor that is unmounting gets a moment, as in the leak check above).  Python's
+    multiprocessing resource tracker lives as long as this process by design: not a leak."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        alive = []
+        for child in psutil.Process().children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                if (child.pid not in before and child.status() != psutil.STATUS_ZOMBIE
+                        and "multiprocessing.resource_tracker" not in " ".join(child.cmdline())):
+                    alive.append(" ".join(child.cmdline()))
+        if not alive or time.monotonic() > deadline:
+            return alive
+        time.sleep(0.1)
+
+
+@pytest.fixture(scope="session")
+def sweep(local_s3, tmp_path_factory):
+    """One tiny `resnet.py bench` run for the whole session: (config, result, report paths).
+
+    The sweep is the suite's most expensive fixture, so every test that reads a sweep's cells shares this
+    one (tests/test_bench.py).  What it assumes of the ``tiny`` preset: both stores (local and a real far
+    proxy, here 5 ms per request), the installed mount programs, one dataset, two epochs, a bytes cell at
+    2 readers, the checkpoint cells with DCP, and no peers (tests/test_peers.py has those).
+    """
+    require_fuse()
+    from mountctl.pytorch.benchmark import preset, run_sweep, write_report
+
+    settings = local_s3.settings()
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in local_s3.env().items():
+            patch.setenv(name, value)  # the mount supervisor and the trainer resolve S3 from the environment
+        client = s3_client(settings)
+        make_bucket(client, "bench-test")
+        out = tmp_path_factory.mktemp("bench-results")
+        # A short far latency keeps the test quick; the far store is still a real proxy on its own port.
+        config = preset("tiny", uri="s3://bench-test/bench/", out=str(out), progress=False, far_latency_ms=5.0)
+        children = {p.pid for p in psutil.Process().children(recursive=True)}
+        result = run_sweep(config, settings=settings)
+        result["test_children_left"] = new_children(children)
+        paths = write_report(result, config.out)
+    return config, result, paths

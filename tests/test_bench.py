@@ -3,15 +3,15 @@
 The sweep runs on tiny data (the ``tiny`` preset: 32 px images, a few shards,
 two ResNet-50 steps) against the real local S3 and real mounts, so it checks
 the shape and sanity of the results, not their speed.  It runs in both stores:
-the local S3 itself and the same bucket through a real far-store proxy.
+the local S3 itself and the same bucket through a real far-store proxy.  One sweep serves
+every test here (the session's ``sweep`` fixture in conftest.py); the first test to ask for it
+carries its set-up, hence the module's bound of 20 minutes, which a loaded machine needs.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import socket
-import time
 import urllib.parse
 
 import psutil
@@ -19,52 +19,15 @@ import pytest
 
 from mountctl import FarProfile, installed_backends
 from mountctl.errors import InvalidSpec
-from mountctl.pytorch.benchmark import preset, run_sweep, write_report
+from mountctl.pytorch.benchmark import preset
 from mountctl.pytorch.benchmark.bytes_path import READ_SIZE, bytes_routes
 from mountctl.pytorch.benchmark.stores import STORES, plan_stores
 from mountctl.pytorch.benchmark.sweep import EPOCHS, LOCAL, source_plan
 from mountctl.pytorch.cli import build_parser
-from mountctl.s3 import client as s3_client
 
-from conftest import require_fuse
+from conftest import new_children
 
-
-@pytest.fixture(scope="module")
-def sweep(local_s3, tmp_path_factory):
-    """One tiny run shared by the tests below (it is the expensive part)."""
-    require_fuse()
-    settings = local_s3.settings()
-    with pytest.MonkeyPatch.context() as patch:
-        for name, value in local_s3.env().items():
-            patch.setenv(name, value)  # the mount supervisor and the trainer resolve S3 from the environment
-        client = s3_client(settings)
-        client.create_bucket(Bucket="bench-test")
-        client.get_waiter("bucket_exists").wait(Bucket="bench-test", WaiterConfig={"Delay": 0.1, "MaxAttempts": 100})
-        out = tmp_path_factory.mktemp("bench-results")
-        # A short far latency keeps the test quick; the far store is still a real proxy on its own port.
-        config = preset("tiny", uri="s3://bench-test/bench/", out=str(out), progress=False, far_latency_ms=5.0)
-        children = {p.pid for p in psutil.Process().children(recursive=True)}
-        result = run_sweep(config, settings=settings)
-        result["test_children_left"] = new_children(children)
-        paths = write_report(result, config.out)
-    return config, result, paths
-
-
-def new_children(before: set[int], wait_s: float = 5.0) -> list[str]:
-    """Command lines of this process's children not in ``before`` still alive after a bounded wait
-    (a mount supervisor that is unmounting gets a moment, as in conftest's leak check).  Python's
-    multiprocessing resource tracker lives as long as this process by design: not a leak."""
-    deadline = time.monotonic() + wait_s
-    while True:
-        alive = []
-        for child in psutil.Process().children(recursive=True):
-            with contextlib.suppress(psutil.Error):
-                if (child.pid not in before and child.status() != psutil.STATUS_ZOMBIE
-                        and "multiprocessing.resource_tracker" not in " ".join(child.cmdline())):
-                    alive.append(" ".join(child.cmdline()))
-        if not alive or time.monotonic() > deadline:
-            return alive
-        time.sleep(0.1)
+pytestmark = pytest.mark.timeout(1200)
 
 
 def cells(result: dict, cell: str, status: str | None = "ok") -> list[dict]:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import socket
+import re
 import subprocess
 import sys
 import time
@@ -27,7 +27,7 @@ from mountctl import S3Settings, installed_backends
 from mountctl.pytorch.benchmark.monitor import ResourceMonitor
 
 __all__ = ["states_equal", "state_sizes", "checkpoint_routes", "dcp_routes", "run_checkpoint_cells",
-           "checkpoint_cell_count", "add_checkpoint_ratios", "checkpoint_rows", "checkpoint_bars"]
+           "checkpoint_cell_count", "add_checkpoint_ratios", "checkpoint_rows", "checkpoint_bars", "dcp_failure"]
 
 LOCAL = "local-disk"
 
@@ -218,13 +218,6 @@ def _program_usage(monitor: ResourceMonitor) -> dict[str, Any]:
                                                           "program_peak_rss_mb": round(usage.program_peak_rss_mb, 1)}
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 def _dcp_cells(run: Any, uri: str, megabytes: int, route: str, errors: tuple[type[BaseException], ...]) -> None:
     """Two ranks in a child process (spawned with gloo), timed by rank 0 between barriers."""
     import mountctl
@@ -242,11 +235,11 @@ def _dcp_cells(run: Any, uri: str, megabytes: int, route: str, errors: tuple[typ
             timeout = 120 + megabytes / 5
             # The ranks resolve S3 from their environment: the store being measured (a far proxy's endpoint).
             with ResourceMonitor(program) as monitor:  # both ops: the child times them, not this process
-                done = subprocess.run([sys.executable, "-m", __name__, where, str(megabytes), str(_free_port())],
+                done = subprocess.run([sys.executable, "-m", __name__, where, str(megabytes)],
                                       capture_output=True, text=True, timeout=timeout, check=False,
                                       env=run.settings.child_env())
             if done.returncode != 0:
-                raise RuntimeError(f"the DCP ranks failed: {done.stderr.strip().splitlines()[-1:]}")
+                raise RuntimeError(f"the DCP ranks failed: {dcp_failure(done.stderr)}")
             figures = json.loads(done.stdout.strip().splitlines()[-1])
         except (*errors, subprocess.TimeoutExpired) as exc:  # type: ignore[misc]  # a tuple of exception classes
             for op in ("save", "load"):
@@ -325,14 +318,27 @@ def checkpoint_bars(cells: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
     return bars
 
 
-def _dcp_rank(rank: int, where: str, megabytes: int, port: int) -> None:
+def dcp_failure(stderr: str) -> str:
+    """Why the DCP child failed, in one line: a rank's own words (a C++ ``terminate``, a fatal Python error,
+    the exception) and torch.multiprocessing's last line, which says only which rank died and how."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    telling = [line for line in lines if line.startswith(("terminate called", "what():", "Fatal Python error"))
+               or re.match(r"^[\w.]+(Error|Exception)\b", line)][:3]
+    return " | ".join(telling + [line for line in lines[-1:] if line not in telling]) or "no output"
+
+
+def _dcp_rank(rank: int, where: str, megabytes: int, rendezvous: str) -> None:
+    import faulthandler
+
     import torch.distributed as dist
 
     import mountctl
     from mountctl.pytorch.training import dcp
 
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=2)
+    faulthandler.enable()  # a rank that aborts says where, on the stderr its parent reports
+    # A file in the child's own directory, not a TCP port chosen beforehand: no other process can take it
+    # between the choice and the bind, nor talk to this job's store.
+    dist.init_process_group("gloo", init_method=f"file://{rendezvous}", rank=rank, world_size=2)
     try:
         settings = mountctl.resolve()
         state = _synthetic_state(megabytes)  # the same on both ranks: DCP splits the writing between them
@@ -350,12 +356,21 @@ def _dcp_rank(rank: int, where: str, megabytes: int, port: int) -> None:
         if rank == 0:
             print(json.dumps({"save_s": save_s, "load_s": load_s, "verified": states_equal(state, loaded)}),
                   flush=True)
+        dist.barrier()  # both ranks leave together: neither tears its connections down under the other
     finally:
         dist.destroy_process_group()
 
 
-if __name__ == "__main__":  # the DCP cells' child: python -m ...checkpoint_cells WHERE MEGABYTES PORT
+def _dcp_main(where: str, megabytes: int) -> None:
+    """Two gloo ranks, spawned, meeting through a file in a private temporary directory."""
+    import tempfile
+
     import torch.multiprocessing as mp
 
-    mp.start_processes(_dcp_rank, args=(sys.argv[1], int(sys.argv[2]), int(sys.argv[3])), nprocs=2,
-                       start_method="spawn")
+    with tempfile.TemporaryDirectory(prefix="mountctl-dcp-") as private:
+        mp.start_processes(_dcp_rank, args=(where, megabytes, os.path.join(private, "rendezvous")), nprocs=2,
+                           start_method="spawn")
+
+
+if __name__ == "__main__":  # the DCP cells' child: python -m ...checkpoint_cells WHERE MEGABYTES
+    _dcp_main(sys.argv[1], int(sys.argv[2]))

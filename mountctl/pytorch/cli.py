@@ -145,7 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--mount-dir", default=None, help="where to mount (mountpoint kind; default: managed)")
     train.add_argument("--devices", default="auto")
     train.add_argument("--num-nodes", type=int, default=1, help="machines, each running --devices ranks (under "
-                       "torchrun or SLURM; see README 'Several machines')")
+                       "torchrun or SLURM; see docs/several-machines.md)")
     train.add_argument("--strategy", default="auto", help="e.g. ddp")
     train.add_argument("--arch", choices=list(ARCHITECTURES), default="resnet50",
                        help="torchvision ResNet (default resnet50; resnet18 for quick runs)")

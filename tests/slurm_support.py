@@ -31,7 +31,7 @@ def missing_programs() -> list[str]:
     return [name for name in PROGRAMS if shutil.which(name) is None]
 
 
-def _conf_text(root: str, ctld_port: int, node_ports: dict[str, int]) -> str:
+def _conf_text(root: str, ctld_port: int, node_ports: dict[str, int], extra: str) -> str:
     nodes = "\n".join(f"NodeName={name} NodeHostname=localhost NodeAddr=127.0.0.1 Port={port} CPUs=2 "
                       "State=UNKNOWN" for name, port in node_ports.items())
     return f"""\
@@ -58,6 +58,7 @@ MpiDefault=none
 ReturnToService=2
 KillWait=5
 MailProg=/bin/true
+{extra}
 {nodes}
 PartitionName=test Nodes={",".join(node_ports)} Default=YES MaxTime=INFINITE State=UP
 """
@@ -78,9 +79,10 @@ def _wait(predicate: Callable[[], bool], timeout_s: float, what: str, log: str |
 class SlurmCluster:
     """munged + slurmctld + a slurmd per node name, under ``root``; `start`, run jobs, `stop`."""
 
-    def __init__(self, root: str, nodes: tuple[str, ...] = ("n1", "n2")) -> None:
+    def __init__(self, root: str, nodes: tuple[str, ...] = ("n1", "n2"), extra_conf: str = "") -> None:
         self.root = root
         self.nodes = nodes
+        self.extra_conf = extra_conf  # slurm.conf lines such as Epilog=
         self.conf = os.path.join(root, "slurm.conf")
         self.daemons: list[tuple[str, subprocess.Popen]] = []
 
@@ -104,7 +106,7 @@ class SlurmCluster:
         ctld_port = free_port(what="slurmctld")
         node_ports = {name: free_port(what=f"slurmd {name}") for name in self.nodes}
         with open(self.conf, "w") as f:
-            f.write(_conf_text(self.root, ctld_port, node_ports))
+            f.write(_conf_text(self.root, ctld_port, node_ports, self.extra_conf))
         try:
             self._start_daemons(key)
         except BaseException:

@@ -12,6 +12,7 @@ import glob
 import json
 import os
 import sys
+import time
 
 import pytest
 
@@ -19,9 +20,18 @@ from mountctl.ports import free_port
 
 from conftest import fuse_mounts_under, missing, mount_programs, require_fuse
 from slurm_support import SlurmCluster, missing_programs
-from torch_support import REPO, RESNET_PY, last_json_line, make_tiny_dataset
+from torch_support import REPO, last_json_line, make_tiny_dataset
 
 JOB_TIMEOUT_S = 150
+
+
+EXAMPLES = os.path.join(REPO, "examples", "slurm")
+EPILOG_WRAPPER = """#!/bin/bash
+# The site's part: where mountctl is and where jobs keep their node-local MOUNTCTL_HOME; then the example epilog.
+export MOUNTCTL_SLURM_ENV={root}/mountctl-slurm.env
+{epilog}
+echo "$SLURM_JOB_ID $SLURMD_NODENAME $?" >> {root}/epilog-ran.log
+"""
 
 
 @pytest.fixture(scope="module")
@@ -29,55 +39,59 @@ def slurm(tmp_path_factory):
     absent = missing_programs()
     if absent:
         missing(f"SLURM is not installed ({', '.join(absent)} missing: apt-get install slurm-wlm munge)")
-    cluster = SlurmCluster(str(tmp_path_factory.mktemp("slurm")))
+    root = str(tmp_path_factory.mktemp("slurm"))
+    with open(os.path.join(root, "mountctl-slurm.env"), "w") as f:
+        f.write(f"MOUNTCTL_BIN={os.path.join(os.path.dirname(sys.executable), 'mountctl')}\n"
+                f"MOUNTCTL_LOCAL_DIR={root}/local\nexport PYTHONPATH={REPO}\n")
+    wrapper = os.path.join(root, "epilog-site.sh")
+    with open(wrapper, "w") as f:
+        f.write(EPILOG_WRAPPER.format(root=root, epilog=os.path.join(EXAMPLES, "epilog.sh")))
+    os.chmod(wrapper, 0o755)
+    cluster = SlurmCluster(root, extra_conf=f"Epilog={wrapper}")
     cluster.start()
     yield cluster
     left = cluster.stop()
     assert not left, f"processes of the SLURM cluster outlived it: {left}"
 
 
-def sbatch(slurm: SlurmCluster, script: str, workdir, env: dict[str, str] | None = None) -> str:
-    """Submit ``script`` with `sbatch --wait` and return the job's output (stdout and stderr together)."""
-    path = workdir / "job.sbatch"
-    path.write_text(script)
+def sbatch(slurm: SlurmCluster, script: str, workdir, *args: str, options: tuple[str, ...] = (),
+           env: dict[str, str] | None = None) -> tuple[str, str]:
+    """`sbatch --wait OPTIONS SCRIPT ARGS`; returns the job id and its output (stdout and stderr together)."""
     out = workdir / "job-%j.out"
-    done = slurm.run("sbatch", "--wait", "--parsable", f"--output={out}", f"--chdir={REPO}", str(path),
-                     timeout=JOB_TIMEOUT_S, env=env)
+    done = slurm.run("sbatch", "--wait", "--parsable", f"--output={out}", f"--chdir={REPO}", *options, script,
+                     *args, timeout=JOB_TIMEOUT_S, env=env)
     job = done.stdout.strip().split(";")[0]
     with open(str(out).replace("%j", job), errors="replace") as f:
         output = f.read()
     assert done.returncode == 0, f"job {job} failed ({done.stderr.strip()}):\n{output[-4000:]}"
-    return output
+    return job, output
 
 
 def test_sbatch_runs_two_tasks_on_each_of_two_nodes_with_their_slurm_ranks(slurm, tmp_path):
-    output = sbatch(slurm, "#!/bin/bash\n#SBATCH --nodes=2 --ntasks-per-node=2\n"
-                    "srun bash -c 'echo RANK $SLURM_PROCID $SLURM_LOCALID $SLURM_NODEID $SLURMD_NODENAME'\n",
-                    tmp_path)
+    script = tmp_path / "ranks.sbatch"
+    script.write_text("#!/bin/bash\n#SBATCH --nodes=2 --ntasks-per-node=2\n"
+                      "srun bash -c 'echo RANK $SLURM_PROCID $SLURM_LOCALID $SLURM_NODEID $SLURMD_NODENAME'\n")
+    _, output = sbatch(slurm, str(script), tmp_path)
     ranks = sorted(tuple(line.split()[1:]) for line in output.splitlines() if line.startswith("RANK "))
     assert ranks == [("0", "0", "0", "n1"), ("1", "1", "0", "n1"), ("2", "0", "1", "n2"), ("3", "1", "1", "n2")]
     assert not slurm.jobs()
 
 
-TRAIN_SCRIPT = """#!/bin/bash
-#SBATCH --nodes=2 --ntasks-per-node=2
-# Each simulated node keeps its own MOUNTCTL_HOME, as a real node's local ~/.mountctl would be.
-srun bash -c 'MOUNTCTL_HOME={nodes_dir}/$SLURMD_NODENAME exec {python} {resnet} train {uri} \\
-    --source-kind mountpoint --backend rclone --num-nodes 2 --devices 2 --strategy ddp --accelerator cpu \\
-    --arch resnet18 --precision 32 --batch-size 4 --num-workers 1 --no-progress --sample-log {log}'
-"""
-
-
-def test_srun_ranks_train_every_sample_once_through_one_shared_mount_per_node(slurm, s3_env, bucket, tmp_path):
-    """Lightning's SLURMEnvironment assigns the ranks; MASTER_ADDR is set because the node names n1/n2 exist only
-    in slurm.conf, not in this machine's resolver."""
+def test_the_example_batch_script_trains_every_sample_once_through_one_shared_mount_per_node(
+        slurm, s3_env, bucket, tmp_path):
+    """examples/slurm/train.sbatch, scaled down on the sbatch command line (2 nodes x 2 tasks, CPU, gloo,
+    resnet18); Lightning's SLURMEnvironment assigns the ranks. MASTER_ADDR is set because the node names
+    n1/n2 exist only in slurm.conf, not in this machine's resolver."""
     require_fuse()
     uri = f"s3://{bucket}/data/"
     make_tiny_dataset(uri, num_images=48, shard_size="12KB")
-    nodes_dir, log = tmp_path / "nodes", tmp_path / "samples.log"
-    script = TRAIN_SCRIPT.format(nodes_dir=nodes_dir, python=sys.executable, resnet=RESNET_PY, uri=uri, log=log)
-    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port(what="the DDP rendezvous")))
-    output = sbatch(slurm, script, tmp_path, env)
+    local, log = os.path.join(slurm.root, "local"), tmp_path / "samples.log"
+    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port(what="the DDP rendezvous")),
+               MOUNTCTL_LOCAL_DIR=local, PYTHON=sys.executable)
+    job, output = sbatch(slurm, os.path.join(EXAMPLES, "train.sbatch"), tmp_path, uri, f"s3://{bucket}/ckpt/",
+                         "--backend", "rclone", "--accelerator", "cpu", "--arch", "resnet18", "--precision", "32",
+                         "--batch-size", "4", "--num-workers", "1", "--no-progress", "--sample-log", str(log),
+                         options=("--nodes=2", "--ntasks-per-node=2"), env=env)
     summary = last_json_line(output)
     assert summary["world_size"] == 4 and summary["source_kind"] == "mountpoint"
     by_node = collections.defaultdict(set)
@@ -90,6 +104,25 @@ def test_srun_ranks_train_every_sample_once_through_one_shared_mount_per_node(sl
     counts = collections.Counter(key for key, epoch, _, _ in lines if epoch == "0")
     assert len(counts) == 48 and set(counts.values()) == {1}, "every sample exactly once across the four ranks"
     assert {int(rank) for *_, rank in lines} == {0, 1, 2, 3}
+    assert summary["checkpoint"], "rank 0 wrote the checkpoint to S3"
     print(f"\nSLURM 2 nodes x 2 tasks: mounts {json.dumps({k: sorted(v) for k, v in by_node.items()})}")
-    assert not fuse_mounts_under(str(nodes_dir))
-    assert not mount_programs(str(nodes_dir)), "a mount outlived the job"
+    assert sorted(os.listdir(local)) == ["mountctl-0-n1", "mountctl-0-n2"], "a MOUNTCTL_HOME per node"
+    assert not fuse_mounts_under(local)
+    assert not mount_programs(local), "a mount outlived the job"
+    assert_epilog_ran(slurm, job)
+
+
+def assert_epilog_ran(slurm: SlurmCluster, job: str) -> None:
+    """examples/slurm/epilog.sh ran on both nodes when the job ended (SLURM runs it after sbatch --wait returns)."""
+    ran = os.path.join(slurm.root, "epilog-ran.log")
+
+    def rows() -> list[list[str]]:
+        if not os.path.exists(ran):
+            return []
+        with open(ran) as f:
+            return [line.split() for line in f if line.startswith(f"{job} ")]
+
+    deadline = time.monotonic() + 60
+    while len(rows()) < 2 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert sorted(rows()) == [[job, "n1", "0"], [job, "n2", "0"]]

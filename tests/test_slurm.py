@@ -126,3 +126,66 @@ def assert_epilog_ran(slurm: SlurmCluster, job: str) -> None:
     while len(rows()) < 2 and time.monotonic() < deadline:
         time.sleep(0.2)
     assert sorted(rows()) == [[job, "n1", "0"], [job, "n2", "0"]]
+
+
+HOLD_MOUNT = """import os, sys, time
+import mountctl
+cache = os.path.join(os.environ["MOUNTCTL_HOME"], "data-cache")
+with mountctl.mount(sys.argv[1], backend="rclone", cache_dir=cache) as m:
+    with open(os.path.join(m.path, "blob.bin"), "rb") as f:
+        size = len(f.read())
+    print("HOLDING", os.environ["SLURM_PROCID"], os.environ["SLURMD_NODENAME"], m.pid, size, flush=True)
+    time.sleep(600)  # until scancel
+"""
+
+HOLD_SCRIPT = """#!/bin/bash
+#SBATCH --nodes=2 --ntasks-per-node=2
+srun bash -c 'export MOUNTCTL_HOME="$MOUNTCTL_LOCAL_DIR/mountctl-$(id -u)-$SLURMD_NODENAME"; exec "$@"' task \\
+    {python} {hold} {uri}
+"""
+
+
+def test_scancel_mid_job_leaves_no_mount_supervisor_or_cache_on_either_node(slurm, s3_env, s3, bucket, tmp_path):
+    """Four tasks hold their node's shared mount when `scancel` sends SIGTERM (SIGKILL after KillWait=5 s).
+    With proctrack/linuxproc SLURM kills only the tasks it tracks; the detached supervisor must notice its
+    holders are gone and unmount by itself."""
+    require_fuse()
+    s3.put_object(Bucket=bucket, Key="hold/blob.bin", Body=b"x" * 100_000)
+    local = str(tmp_path / "local")
+    hold, script, out = tmp_path / "hold.py", tmp_path / "hold.sbatch", tmp_path / "hold.out"
+    hold.write_text(HOLD_MOUNT)
+    script.write_text(HOLD_SCRIPT.format(python=sys.executable, hold=hold, uri=f"s3://{bucket}/hold/"))
+    submitted = slurm.run("sbatch", "--parsable", f"--output={out}", f"--chdir={REPO}", str(script),
+                          env=dict(os.environ, MOUNTCTL_LOCAL_DIR=local))
+    assert submitted.returncode == 0, submitted.stderr
+    job = submitted.stdout.strip().split(";")[0]
+
+    def holding() -> list[list[str]]:
+        text = out.read_text(errors="replace") if out.exists() else ""
+        return [line.split()[1:] for line in text.splitlines() if line.startswith("HOLDING ")]
+
+    deadline = time.monotonic() + JOB_TIMEOUT_S
+    while len(holding()) < 4 and time.monotonic() < deadline and job in slurm.jobs():
+        time.sleep(0.2)
+    rows = holding()
+    assert len(rows) == 4, f"the four tasks did not all mount:\n{out.read_text(errors='replace')[-3000:]}"
+    assert {row[3] for row in rows} == {"100000"}
+    mount_pids = {node: {row[2] for row in rows if row[1] == node} for node in ("n1", "n2")}
+    assert all(len(pids) == 1 for pids in mount_pids.values()), f"one mount per node: {mount_pids}"
+    assert mount_programs(local), "the mounts are up before the cancel"
+    caches = os.path.join(local, "*", "data-cache", "*")
+    assert len(glob.glob(caches)) == 2, "each node's mount keeps a data cache while the job runs"
+
+    cancelled = time.monotonic()
+    assert slurm.run("scancel", job).returncode == 0
+    while job in slurm.jobs() and time.monotonic() - cancelled < 60:
+        time.sleep(0.2)
+    assert job not in slurm.jobs(), "the job did not end within 60 s of scancel"
+    ended = time.monotonic() - cancelled
+    while (fuse_mounts_under(local) or mount_programs(local)) and time.monotonic() - cancelled < 60:
+        time.sleep(0.2)
+    assert not fuse_mounts_under(local), "a mount outlived the cancelled job"
+    assert not mount_programs(local), "a supervisor or mount program outlived the cancelled job"
+    assert not glob.glob(caches), f"caches outlived the cancelled job: {glob.glob(caches)}"
+    print(f"\nscancel: job gone after {ended:.1f}s, mounts and supervisors gone after "
+          f"{time.monotonic() - cancelled:.1f}s")

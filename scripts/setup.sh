@@ -20,6 +20,8 @@ command -v nginx >/dev/null || need_apt+=(nginx-light)
 [ -e /usr/lib/nginx/modules/ngx_http_lua_module.so ] || need_apt+=(libnginx-mod-http-lua)
 command -v prometheus >/dev/null || need_apt+=(prometheus)
 command -v ffmpeg >/dev/null || need_apt+=(ffmpeg)
+# SLURM for tests/test_slurm.py: slurmctld + slurmd (slurm-wlm 22.05) and munge for its authentication
+command -v slurmd >/dev/null && command -v munged >/dev/null || need_apt+=(slurm-wlm munge)
 if [ ${#need_apt[@]} -gt 0 ]; then
   stage "installing Debian packages: ${need_apt[*]}" "about 1 min"
   sudo_cmd=""

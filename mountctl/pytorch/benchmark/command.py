@@ -62,7 +62,9 @@ def add_bench_arguments(bench: argparse.ArgumentParser) -> None:
                        help="peer libraries read the same samples in their own formats (default litdata,streaming; "
                        "'' for none)")
     bench.add_argument("--suite", choices=SUITES, default="all",
-                       help="all (default): every cell; checkpoint: only checkpoint save/load on every route")
+                       help="all (default): every cell; checkpoint: only checkpoint save/load on every route; mlperf: MLPerf "
+                       "Storage's DLIO workloads per route, in accelerators kept at AU >= 90 %% (docs/mlperf.md; "
+                       "needs scripts/setup_dlio.sh; --quick or --preset tiny for a shorter run)")
     bench.add_argument("--store", choices=STORE_CHOICES, default="both",
                        help="local: the endpoint itself; far: the same bucket through a far-store proxy (S3's "
                        "latency and per-connection rate); both (default): every cell in each. An endpoint that is "
@@ -98,6 +100,10 @@ def _single(args: argparse.Namespace) -> int:
 
 
 def run_bench(args: argparse.Namespace) -> int:
+    if args.suite == "mlperf":
+        from mountctl.pytorch.benchmark.mlperf import run_mlperf_command
+
+        return run_mlperf_command(args, DEFAULT_URI)
     if args.source_kind is not None:
         if args.uri is None:
             raise InvalidSpec("with --source-kind, give the URI of a dataset written by `resnet.py make`")

@@ -14,7 +14,8 @@ from mountctl.pytorch.data.synthetic import parse_size
 __all__ = ["DatasetSpec", "SweepConfig", "PRESETS", "ACCELERATORS", "SUITES"]
 
 ACCELERATORS = ("cpu", "gpu")
-SUITES = ("all", "checkpoint")  # checkpoint: only the checkpoint cells (benchmark/checkpoint_cells.py)
+# checkpoint: only the checkpoint cells (benchmark/checkpoint_cells.py); mlperf: DLIO's workloads (benchmark/mlperf.py)
+SUITES = ("all", "checkpoint", "mlperf")
 
 
 @dataclass(frozen=True)

@@ -15,11 +15,11 @@ import tempfile
 import time
 
 import psutil
-import pytest
 
 from mountctl import installed_backends
 from mountctl.errors import InvalidSpec
-from mountctl.pytorch.benchmark.mlperf import S3_DIRECT, MlperfConfig, dlio_venv, run_mlperf
+from mountctl.pytorch.benchmark.dlio import dlio_venv
+from mountctl.pytorch.benchmark.mlperf import S3_DIRECT, MlperfConfig, run_mlperf
 
 from conftest import fuse_mounts_under, make_bucket, missing, require_fuse
 

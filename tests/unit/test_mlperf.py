@@ -8,16 +8,14 @@ import os
 import pytest
 
 from mountctl import InvalidSpec
+from mountctl.pytorch.benchmark.dlio import DLIO_VENV_ENV, dlio_venv, read_summary
 from mountctl.pytorch.benchmark.mlperf import (
     AU_TARGET,
-    DLIO_VENV_ENV,
     SCALES,
     MlperfConfig,
     accelerators_kept,
     dlio_overrides,
-    dlio_venv,
     kept_table,
-    read_summary,
     search_accelerators,
 )
 from mountctl.pytorch.benchmark.report import mlperf_markdown

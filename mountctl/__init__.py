@@ -32,6 +32,7 @@ from .handle import MountHandle
 from .health import Health, HealthState
 from .local_s3 import LocalS3, uri_or_embedded
 from .mount import Mount
+from .ports import port_free
 from .redaction import redact
 from .resilient import open_resilient
 from .s3 import S3Settings, S3Uri, parse_s3_uri, resolve
@@ -56,6 +57,7 @@ __all__ = [
     "LocalS3",
     "FarProxy",
     "FarProfile",
+    "port_free",
     "uri_or_embedded",
     "S3Settings",
     "S3Uri",

@@ -23,7 +23,7 @@ from .s3 import S3Settings
 from .spec import MountSpec
 
 __all__ = ["Backend", "MountS3", "Rclone", "S3fsFuse", "BACKENDS", "get_backend", "choose_backend", "installed_backends",
-           "backend_versions", "rclone_memory_flags", "s3fs_memory_options", "mount_s3_memory_flags", "rclone_rc_socket"]
+           "backend_versions", "rclone_open_flags", "s3fs_open_options", "rclone_memory_flags", "s3fs_memory_options", "mount_s3_memory_flags", "rclone_rc_socket"]
 
 # rclone expands a remote named in RCLONE_CONFIG_<NAME>_* without any config file.
 _RCLONE_REMOTE = "MOUNTCTL"
@@ -120,6 +120,7 @@ class Rclone(Backend):
                 "--vfs-read-chunk-size-limit", "off", "--max-read-ahead", "1M"]
         if spec.read_only:
             argv.append("--read-only")
+        argv += rclone_open_flags(spec)
         plan = _cache_plan(spec, workdir)
         if plan is not None:
             # Full mode keeps whole read files on disk.  rclone answers EIO when the disk fills, and
@@ -129,6 +130,9 @@ class Rclone(Backend):
                      "--vfs-cache-max-size", f"{plan.size_mb}M",
                      "--vfs-cache-min-free-space", f"{plan.keep_free_mb}M",
                      "--vfs-cache-poll-interval", "5s"]
+            # rclone also evicts a file an hour after its last read (its default max age): an epoch longer
+            # than that would fetch the whole dataset again.  The size cap above is the bound that matters.
+            argv += ["--vfs-cache-max-age", _CACHE_MAX_AGE]
         argv += _ownership_flags(spec)
         # Its remote control on a socket in the private workdir (no auth needed, none on the command line):
         # the exporter reads rclone's own metrics and vfs/stats through it.
@@ -197,6 +201,7 @@ class S3fsFuse(Backend):
             options.append("public_bucket=1")
         if spec.read_only:
             options.append("ro")
+        options += s3fs_open_options(spec)
         plan = _cache_plan(spec, workdir)
         if plan is not None:
             # s3fs has no size cap: ensure_diskfree makes it stop caching once the cache disk has less
@@ -236,6 +241,42 @@ class S3fsFuse(Backend):
 
     def owns(self, entry: MountEntry) -> bool:
         return entry.fs_type == "fuse.s3fs"
+
+
+# -- what one open costs: metadata and cache validation (docs/standard-loaders.md) --------------------
+_CACHE_MAX_AGE = "8760h"  # a year: in effect only the size cap evicts
+# Measured through a request-logging far store (scripts/open_cost.py, 20 ms per request): a loader that opens
+# one file per sample pays these round trips on every open, so they decide its rate, not the bandwidth.
+
+
+def rclone_open_flags(spec: MountSpec) -> list[str]:
+    """rclone: one GET per open from the store, none from its cache.
+
+    Its cache checks a file against the store by fingerprint; the default fingerprint of an S3 object
+    needs a HEAD per open (1 HEAD + 1 GET = 2 round trips in epoch 1).  ``--vfs-fast-fingerprint``
+    takes size and modification time from the listing instead: 1 GET per open, and 0 from the cache.
+    On a read-only mount the kernel also keeps attributes for the metadata TTL (``--attr-timeout``,
+    default 1 s), so a repeated open does not even ask rclone; a writable mount keeps rclone's default.
+    """
+    flags = ["--vfs-fast-fingerprint"]
+    if spec.read_only:
+        flags += ["--attr-timeout", _seconds(spec.metadata_ttl_s)]
+    return flags
+
+
+def s3fs_open_options(spec: MountSpec) -> list[str]:
+    """s3fs-fuse: at most one HEAD per open from its cache (it was two).
+
+    s3fs 1.90 drops a file's stat entry at every open and again as it closes, whatever
+    ``stat_cache_expire`` says, so each open sends a HEAD; no option turns that off.  What an option can
+    remove is the second HEAD: the kernel's lookup before the open, which arrives once the kernel's
+    1 s attribute cache expired and finds s3fs's entry gone.  On a read-only mount the kernel keeps
+    entries and attributes for the metadata TTL (libfuse's ``entry_timeout``/``attr_timeout``).
+    """
+    if not spec.read_only:
+        return []
+    ttl = max(1, int(spec.metadata_ttl_s))
+    return [f"entry_timeout={ttl}", f"attr_timeout={ttl}"]
 
 
 def _ownership_flags(spec: MountSpec) -> list[str]:

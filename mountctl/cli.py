@@ -22,6 +22,17 @@ if TYPE_CHECKING:
 __all__ = ["main"]
 
 
+def _seconds(text: str) -> float:
+    """A bound in seconds: a bound of 0 or less would make every probe fail ("unresponsive") at once."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 < value <= 3600:
+        raise argparse.ArgumentTypeError(f"{text} must be more than 0 and at most 3600 seconds")
+    return value
+
+
 def _parser() -> argparse.ArgumentParser:
     formatter = argparse.RawDescriptionHelpFormatter
     parser = ArgumentParser(
@@ -57,6 +68,10 @@ def _parser() -> argparse.ArgumentParser:
     m.add_argument("--no-watchdog", action="store_true", help="do not remount automatically")
     m.add_argument("--extra-arg", action="append", default=[], metavar="ARG",
                    help="pass ARG to the mount program as is (repeatable)")
+    m.add_argument("--warm", nargs="?", const="all", metavar="LIST",
+                   help="once mounted, read files into the cache in the background, ahead of the loader: every "
+                        "file (no LIST, or 'all') or those listed in the file LIST, one path per line relative "
+                        "to the prefix; needs --cache-dir; only what fits the cache")
     m.add_argument("--memory-mb", type=int, metavar="MIB",
                    help="bound on the mount program's memory, turned into its own buffer flags (at least 64; "
                         "default: the program's defaults)")
@@ -70,16 +85,20 @@ def _parser() -> argparse.ArgumentParser:
                             description="Each mount's health is probed with a bound, so this never hangs.",
                             epilog="example:\n  mountctl status --json | python -m json.tool")
     s.add_argument("--json", action="store_true", help="print JSON")
-    s.add_argument("--timeout", type=float, default=2.0, help="health probe bound per mount (default 2 s)")
+    s.add_argument("--timeout", type=_seconds, default=2.0, help="health probe bound per mount (default 2 s)")
 
     e = commands.add_parser(
         "exporter", formatter_class=formatter, help="serve this node's mounts as Prometheus metrics",
-        description="Serve /metrics (Prometheus), /healthz (200 while running) and /readyz (200 only when "
-                    "every managed mount is healthy, else 503 naming which is not) until interrupted.",
+        description="Serve /metrics (Prometheus), /healthz (200 while running) and /readyz (200 unless a "
+                    "managed mount is broken, else 503 naming which) until interrupted.  Mounts are probed in the "
+                    "background every --interval; a scrape starts no process.  Keep it on loopback and let a "
+                    "local scraper read it (docs/security.md).",
         epilog="example:\n  mountctl exporter --listen 127.0.0.1:9464\n  curl -s 127.0.0.1:9464/readyz")
     e.add_argument("--listen", default="127.0.0.1:9464", metavar="HOST:PORT",
                    help="address to serve on (default 127.0.0.1:9464)")
-    e.add_argument("--timeout", type=float, default=2.0, help="health probe bound per mount (default 2 s)")
+    e.add_argument("--timeout", type=_seconds, default=2.0, help="health probe bound per mount (default 2 s)")
+    e.add_argument("--interval", type=_seconds, default=5.0,
+                   help="seconds between background probes of the mounts; a scrape serves the last (default 5)")
 
     d = commands.add_parser("doctor", formatter_class=formatter, help="check FUSE, programs, credentials, S3",
                             epilog="example:\n  mountctl doctor --uri s3://my-bucket/train/")
@@ -87,7 +106,7 @@ def _parser() -> argparse.ArgumentParser:
     d.add_argument("--uri", help="also check access to this bucket/prefix")
 
     c = commands.add_parser("cleanup", formatter_class=formatter,
-                            help="clear stale mounts and records left by crashed processes",
+                            help="clear stale mounts, records and servers left by crashed processes",
                             epilog="example:\n  mountctl cleanup")
     c.add_argument("--json", action="store_true", help="print JSON")
 
@@ -127,13 +146,20 @@ def _cmd_mount(args: argparse.Namespace) -> int:
         uri=args.uri, mount_dir=args.dir, backend=args.backend, read_only=not args.read_write,
         cache_dir=args.cache_dir, cache_size_mb=args.cache_size_mb, metadata_ttl_s=args.metadata_ttl,
         endpoint_url=args.endpoint_url, region=args.region, uid=args.uid, gid=args.gid,
-        allow_other=args.allow_other, mount_timeout_s=args.timeout, memory_mb=args.memory_mb,
+        allow_other=args.allow_other, mount_timeout_s=args.timeout, memory_mb=args.memory_mb, warm=args.warm,
         extra_args={args.backend: tuple(args.extra_arg)} if args.extra_arg and args.backend != "auto" else {},
     )
     if args.extra_arg and args.backend == "auto":
         raise MountctlError("--extra-arg needs an explicit --backend: the arguments differ per program")
+    if args.warm and not args.cache_dir:
+        raise InvalidSpec("--warm reads files into the mount's data cache: add --cache-dir")
+    if args.warm:
+        from .warm import read_listing
+
+        read_listing(spec.warm or "all")  # a list that cannot be read fails here, not in the supervisor's log
     handle = acquire(spec, pinned=True, watchdog=not args.no_watchdog)
-    print(f"mounted {spec.uri} at {spec.mount_dir} with {handle.backend} (pid {handle.pid}); "
+    warming = "; warming its cache in the background" if args.warm else ""
+    print(f"mounted {spec.uri} at {spec.mount_dir} with {handle.backend} (pid {handle.pid}){warming}; "
           f"unmount with: mountctl unmount {shlex.quote(spec.mount_dir)}")
     return 0
 
@@ -174,7 +200,8 @@ def _cmd_status(args: argparse.Namespace) -> int:
         cache = f"{row['cache']['cache_size_mb']}MiB" if row.get("cache") else "none"
         print(f"{row['dir']}  {row['uri']}  backend={row['backend']} pid={row['pid']} state={row['state']} "
               f"health={health['state']}{latency} since={since} restarts={row['restarts']} holders={row['holders']} "
-              f"cache={cache}"
+              f"cache={cache}" + (f" warm={row['warm']['state']}" if row.get("warm") else "")
+              + (f"\n    warm: {row['warm']['detail']}" if row.get("warm") else "")
               + (f"\n    last error: {row['last_error']}" if row["last_error"] else ""))
     return 0
 
@@ -187,7 +214,7 @@ def _cmd_exporter(args: argparse.Namespace) -> int:
 
     host, port = parse_listen(args.listen)
     try:
-        exporter = Exporter(host, port, timeout_s=args.timeout)
+        exporter = Exporter(host, port, timeout_s=args.timeout, interval_s=args.interval)
     except OSError as exc:
         raise MountctlError(f"the exporter cannot listen on {host}:{port}: {exc.strerror or exc}; "
                             "choose another --listen address") from None
@@ -219,8 +246,9 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
 
 def _cmd_cleanup(args: argparse.Namespace) -> int:
     from .doctor import cleanup
+    from .orphans import stop_orphans
 
-    cleared = cleanup()
+    cleared = cleanup() + stop_orphans()
     if args.json:
         print(json.dumps({"cleared": cleared}, indent=2))
     else:
@@ -240,7 +268,7 @@ def _cmd_local_s3(args: argparse.Namespace) -> int:
         was_running = server.status().running
         status = server.start(buckets=tuple(args.bucket or [DEFAULT_BUCKET]), timeout_s=args.timeout)
         if far is not None:
-            status = server.start_far(far, timeout_s=args.timeout)
+            status = server.start_far(far, timeout_s=args.timeout, outlive_owner=True)
         elif args.profile == "local":
             server.stop_far()
             status = server.status()
@@ -249,7 +277,12 @@ def _cmd_local_s3(args: argparse.Namespace) -> int:
               "use it with: eval \"$(mountctl local-s3 env)\"", file=sys.stderr)
         return 0
     if args.action == "stop":
-        print("local S3 stopped" if server.stop() else "local S3 was not running", file=sys.stderr)
+        from .local_s3_owners import read_owners
+
+        holders = ", ".join(str(owner["pid"]) for owner in read_owners(server.dir).live)
+        stopped = server.stop()
+        print(("local S3 stopped" + (f" (runs with pid {holders} were still using it)" if holders else ""))
+              if stopped else "local S3 was not running", file=sys.stderr)
         return 0
     if args.action == "status":
         status = server.status()

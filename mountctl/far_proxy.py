@@ -7,13 +7,22 @@ gives the same server S3's shape so the mount programs and loaders can be tuned 
 
 nginx runs as our child (``daemon off``) with everything of its own under ``workdir``:
 configuration, pid file, temp dirs, its log (``nginx.log``) and the proxy's state
-(``far-proxy.json``: pid, start time, endpoint, profile), so a later process (``mountctl
+(``far-proxy.json``: pid, start time, endpoint, profile, owner), so a later process (``mountctl
 local-s3 stop``) can find and stop it.  A ``workdir`` that did not exist is created and,
 at the stop, removed with everything in it; otherwise the stop removes what it made.
+
+nginx must not outlive its owner.  Unless started with ``outlive_owner=True`` (``mountctl
+local-s3 start --profile far``, whose command exits at once), the master gets a
+parent-death signal, so a SIGKILLed bench takes its proxy with it.  nginx's workers
+keep serving after their master is SIGKILLed, so a stop reaps every nginx of the
+workdir (its process group, checked by working directory), live master or not, and
+``orphaned()`` tells ``mountctl cleanup`` about a proxy whose master or owner is gone.
+Starts and stops of one workdir are serialized by a lock file beside it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import grp
 import json
 import math
@@ -25,17 +34,19 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from .errors import InvalidSpec, LocalS3Error
 from .logs import tail
-from .paths import write_private_json
+from .paths import lock_within, write_private_json
 from .ports import free_port, port_free
 from .processes import process_alive, process_identity
 from .programs import find_program
+from .teardown import spawn_with_parent_death_signal
 
-__all__ = ["FarProfile", "FarProxy", "render_config", "find_nginx"]
+__all__ = ["FarProfile", "FarProxy", "render_config", "find_nginx", "MAX_LATENCY_MS", "MIN_RATE_MB_S"]
 
 # Debian's package names, for every "not installed" message.
 _INSTALL_HINT = ("install Debian's nginx-light and libnginx-mod-http-lua (apt-get install nginx-light "
@@ -45,8 +56,16 @@ _CONF = "nginx.conf"
 _LOG = "nginx.log"
 _PID = "nginx.pid"
 _TEMP = "temp"
+# One line per request the store answered, written only when asked (``log_requests``): tests count them.
+_REQUESTS = "requests.log"
 # Files and dirs the proxy makes in a workdir it did not create (all of them go at the stop).
-_MADE = (_CONF, _PID, _STATE, _TEMP, _LOG)
+_MADE = (_CONF, _PID, _STATE, _TEMP, _LOG, _REQUESTS)
+# Past 10 s per request no S3 client gets through its own timeouts: that models an outage, not a far store.
+MAX_LATENCY_MS = 10_000.0
+# 1 kB/s; below it the cap would round to nginx's ``limit_rate 0``, which means unlimited.
+MIN_RATE_MB_S = 0.001
+# How long a readiness HEAD may take beyond the profile's own wait.
+_READY_TIMEOUT_S = 1.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -62,11 +81,15 @@ class FarProfile:
     rate_mb_s: float = 50.0
 
     def __post_init__(self) -> None:
-        for name, value, most in (("latency_ms", self.latency_ms, 60_000.0), ("rate_mb_s", self.rate_mb_s, 1e6)):
+        for name, value, least, most in (("latency_ms", self.latency_ms, 0.0, MAX_LATENCY_MS),
+                                         ("rate_mb_s", self.rate_mb_s, MIN_RATE_MB_S, 1e6)):
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
                 raise InvalidSpec(f"far profile: {name} must be a number, not {value!r}")
             if not 0 <= value <= most:
                 raise InvalidSpec(f"far profile: {name} must lie in 0..{most:g} (0 turns it off), not {value:g}")
+            if 0 < value < least:
+                # nginx's limit_rate is whole bytes per second, and 0 there means no cap at all.
+                raise InvalidSpec(f"far profile: {name} must be 0 (no cap) or at least {least:g}, not {value:g}")
 
     @property
     def rate_bytes_s(self) -> int:
@@ -103,9 +126,16 @@ def _user_line() -> str:
     return f"user {user} {group};\n"
 
 
-def render_config(profile: FarProfile, *, upstream: str, port: int, workdir: str, modules_dir: str) -> str:
-    """nginx.conf for one proxy: ``upstream`` is ``host:port`` of the S3 server."""
+def render_config(profile: FarProfile, *, upstream: str, port: int, workdir: str, modules_dir: str,
+                  log_requests: bool = False) -> str:
+    """nginx.conf for one proxy: ``upstream`` is ``host:port`` of the S3 server.
+
+    ``log_requests`` writes one line per request (method, URI, status, bytes) to ``requests.log``,
+    unbuffered, so that a reader counts what a client really sent; off by default (it costs a write each).
+    """
     temp = os.path.join(workdir, _TEMP)
+    access = (f"log_format requests '$request_method $request_uri $status $body_bytes_sent';\n"
+              f"    access_log {os.path.join(workdir, _REQUESTS)} requests;") if log_requests else "access_log off;"
     lua = ""
     delay = ""
     if profile.latency_ms > 0:
@@ -121,7 +151,7 @@ lock_file {os.path.join(workdir, 'nginx.lock')};
 error_log {os.path.join(workdir, _LOG)} warn;
 events {{ worker_connections 4096; }}
 http {{
-    access_log off;
+    {access}
     server_tokens off;
     client_body_temp_path {temp}/body;
     proxy_temp_path {temp}/proxy;
@@ -187,7 +217,7 @@ class FarProxy:
     """
 
     def __init__(self, upstream_url: str, workdir: str, profile: FarProfile = FarProfile(), *,
-                 nginx: str | None = None) -> None:
+                 nginx: str | None = None, log_requests: bool = False) -> None:
         match = re.fullmatch(r"http://([^/:]+):(\d+)/?", upstream_url)
         if not match:
             raise InvalidSpec(f"far proxy: the upstream must be http://HOST:PORT (an S3 endpoint), not {upstream_url!r}")
@@ -196,6 +226,7 @@ class FarProxy:
         self.workdir = os.path.abspath(workdir)
         self.profile = profile
         self._nginx = nginx
+        self.log_requests = log_requests
         self._child: subprocess.Popen[bytes] | None = None
 
     # -- state ----------------------------------------------------------------------------
@@ -206,6 +237,11 @@ class FarProxy:
     @property
     def log_path(self) -> str:
         return self._path(_LOG)
+
+    @property
+    def requests_path(self) -> str:
+        """The request log (``log_requests=True``): ``METHOD URI STATUS BYTES`` per line."""
+        return self._path(_REQUESTS)
 
     def state(self) -> dict[str, Any] | None:
         """The running proxy's record, or None when none runs from this workdir."""
@@ -242,14 +278,37 @@ class FarProxy:
                 raise LocalS3Error(f"nginx's Lua module is missing ({module} not in {modules_dir}); the far store's "
                                    f"latency needs it: {_INSTALL_HINT}", program="nginx")
 
-    def start(self, timeout_s: float = 30.0) -> str:
-        """Start nginx and return its endpoint once it answers; a no-op when this proxy already runs."""
+    @contextlib.contextmanager
+    def locked(self, timeout_s: float) -> Iterator[None]:
+        """Hold this workdir's lock (bounded): one start or stop at a time, across processes."""
+        os.makedirs(os.path.dirname(self.workdir), exist_ok=True)
+        fd = os.open(self.workdir + ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            if not lock_within(fd, timeout_s, poll_s=0.05):
+                raise LocalS3Error(f"another start or stop of the far-store proxy in {self.workdir} held its lock "
+                                   f"for {timeout_s:g}s; try again when it is done", program="nginx",
+                                   timeout_s=timeout_s)
+            yield
+        finally:
+            os.close(fd)
+
+    def start(self, timeout_s: float = 30.0, *, outlive_owner: bool = False) -> str:
+        """Start nginx and return its endpoint once it answers; a no-op when this proxy already runs.
+
+        ``outlive_owner``: keep running after this process ends (a command that starts it and
+        exits); otherwise nginx is stopped by the kernel when this process dies.
+        """
+        with self.locked(timeout_s):
+            return self._start_locked(timeout_s, outlive_owner)
+
+    def _start_locked(self, timeout_s: float, outlive_owner: bool) -> str:
         state = self.state()
-        if state and state.get("upstream") == self.upstream_url and state.get("profile") == self.profile.to_dict():
+        if state and state.get("upstream") == self.upstream_url and state.get("profile") == self.profile.to_dict() \
+                and bool(state.get("log_requests")) == self.log_requests:
             return str(state["endpoint"])
         previous_port = state.get("port") if state else None
         if state:  # another profile or upstream: replace it, on the same port when it comes free
-            self.stop()
+            self._stop(created_workdir=bool(state.get("created_workdir")), grace_s=10.0, keep_log=False)
         nginx = self.nginx()
         modules_dir = _modules_dir(nginx)
         self._check_modules(modules_dir)
@@ -260,7 +319,7 @@ class FarProxy:
             port = previous_port if attempt == 0 and previous_port and port_free(previous_port) else \
                 free_port(what="the far-store proxy")
             conf = render_config(self.profile, upstream=self._upstream, port=port, workdir=self.workdir,
-                                 modules_dir=modules_dir)
+                                 modules_dir=modules_dir, log_requests=self.log_requests)
             with open(self._path(_CONF), "w") as f:
                 f.write(conf)
             endpoint = f"http://127.0.0.1:{port}"
@@ -268,15 +327,19 @@ class FarProxy:
                 log.write(f"--- {time.strftime('%Y-%m-%dT%H:%M:%S')} starting nginx on {endpoint} in front of "
                           f"{self.upstream_url}, {self.profile}\n".encode())
                 log.flush()
-                child = subprocess.Popen([nginx, "-p", self.workdir, "-c", self._path(_CONF), "-e", self.log_path],
-                                         stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                         cwd=self.workdir, start_new_session=True)
+                argv = [os.path.abspath(nginx), "-p", self.workdir, "-c", self._path(_CONF), "-e", self.log_path]
+                options: dict[str, Any] = {"stdin": subprocess.DEVNULL, "stdout": log, "stderr": subprocess.STDOUT,
+                                           "cwd": self.workdir, "start_new_session": True}
+                child = subprocess.Popen(argv, **options) if outlive_owner else \
+                    spawn_with_parent_death_signal(argv, **options)
             self._child = child
             write_private_json(self._path(_STATE), {
                 "process": process_identity(child.pid), "endpoint": endpoint, "port": port,
+                "owner": None if outlive_owner else process_identity(),
                 "upstream": self.upstream_url, "profile": self.profile.to_dict(), "created_workdir": created,
+                "log_requests": self.log_requests,
                 "started_at": time.time()})
-            if self._wait_until_serving(child, port, deadline):
+            if self._wait_until_serving(child, port, deadline, _READY_TIMEOUT_S + self.profile.latency_ms / 1000):
                 return endpoint
             if "Address already in use" not in self._log_tail(2):
                 break
@@ -286,47 +349,52 @@ class FarProxy:
         self._stop(created_workdir=created, grace_s=5.0, keep_log=True)
         raise LocalS3Error(message, program="nginx", log_path=self.log_path, timeout_s=timeout_s)
 
-    def _wait_until_serving(self, child: subprocess.Popen[bytes], port: int, deadline: float) -> bool:
+    def _wait_until_serving(self, child: subprocess.Popen[bytes], port: int, deadline: float,
+                            answer_s: float) -> bool:
+        """The HEAD waits the profile's latency like any request: ``answer_s`` allows for it."""
         while time.monotonic() < deadline:
             if child.poll() is not None:
                 return False
-            if _answers_http(port):
+            if _answers_http(port, answer_s):
                 return True
             time.sleep(0.05)
         return False
 
-    def stop(self, grace_s: float = 10.0) -> None:
-        """Stop nginx (SIGTERM, SIGKILL after ``grace_s``) and remove what it made; a no-op when none runs."""
+    def _recorded(self) -> dict[str, Any] | None:
+        """The state file as written, whether its nginx still runs or not."""
         try:
             with open(self._path(_STATE)) as f:
-                created = bool(json.load(f).get("created_workdir"))
+                state = json.load(f)
         except (OSError, ValueError):
-            created = False
-        self._stop(created_workdir=created, grace_s=grace_s, keep_log=False)
+            return None
+        return state if isinstance(state, dict) else None
+
+    def orphaned(self) -> str | None:
+        """Why this workdir's nginx has lost its owner (master or owning process gone), or None."""
+        state = self._recorded()
+        if state is None:
+            return None
+        master = (state.get("process") or {}).get("pid")
+        if not process_alive(state.get("process")):
+            return f"its master (pid {master}) is gone" if master and _members(master, self.workdir) else None
+        owner = state.get("owner")
+        if owner and not process_alive(owner):
+            return f"its owner (pid {owner.get('pid')}) is gone"
+        return None
+
+    def stop(self, grace_s: float = 10.0) -> None:
+        """Stop nginx (SIGTERM, SIGKILL after ``grace_s``) and remove what it made; a no-op when none runs."""
+        with self.locked(grace_s + 30.0):
+            state = self._recorded() or {}
+            self._stop(created_workdir=bool(state.get("created_workdir")), grace_s=grace_s, keep_log=False)
 
     def _stop(self, *, created_workdir: bool, grace_s: float, keep_log: bool) -> None:
-        import psutil
-
-        state = self.state()
-        identity = state["process"] if state else None
-        if identity is None and self._child is not None and self._child.poll() is None:
-            identity = process_identity(self._child.pid)
-        if identity:
-            pid = identity["pid"]
-            try:
-                process = psutil.Process(pid)
-                os.killpg(pid, signal.SIGTERM)  # the master and its workers: one session
-                try:
-                    process.wait(timeout=grace_s)
-                except psutil.TimeoutExpired:
-                    os.killpg(pid, signal.SIGKILL)
-                    process.wait(timeout=10)
-            except (psutil.NoSuchProcess, ProcessLookupError):
-                pass
-            except psutil.TimeoutExpired:
-                raise LocalS3Error(f"the far-store proxy (nginx, pid {pid}) did not exit within 10s of SIGKILL; "
-                                   f"check `ps -o stat,wchan -p {pid}`", program="nginx", timeout_s=10) from None
-            self._wait_for_workers(pid)
+        state = self._recorded()
+        master = (state.get("process") or {}).get("pid") if state else None
+        if master is None and self._child is not None and self._child.poll() is None:
+            master = self._child.pid
+        if master:
+            _reap(master, self.workdir, grace_s)
         if self._child is not None:
             self._child.poll()  # reap our own child
             self._child = None
@@ -347,22 +415,6 @@ class FarProxy:
                 except FileNotFoundError:
                     pass
 
-    @staticmethod
-    def _wait_for_workers(master_pid: int, timeout_s: float = 10.0) -> None:
-        """Workers exit a moment after their master; none may outlive the stop."""
-        import psutil
-
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            left = [p for p in psutil.process_iter(["name"]) if p.info["name"] == "nginx" and _in_session(p, master_pid)]
-            if not left:
-                return
-            time.sleep(0.05)
-        try:
-            os.killpg(master_pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-
     def _log_tail(self, lines: int = 5) -> str:
         return tail([self.log_path], lines)
 
@@ -375,8 +427,37 @@ class FarProxy:
         self.stop()
 
 
-def _in_session(process: Any, session_id: int) -> bool:
-    try:
-        return bool(os.getsid(process.pid) == session_id)
-    except OSError:
-        return False
+def _members(group: int, workdir: str) -> list[Any]:
+    """The nginx processes of ``workdir``'s proxy: its process group, named nginx, working in it.
+
+    The master may be gone (SIGKILL) while its workers serve on; a recycled group id is
+    told apart by the working directory.
+    """
+    import psutil
+
+    found = []
+    for process in psutil.process_iter(["name"]):
+        try:
+            if process.info["name"] == "nginx" and os.getpgid(process.pid) == group and process.cwd() == workdir:
+                found.append(process)
+        except (OSError, psutil.Error):
+            continue
+    return found
+
+
+def _reap(group: int, workdir: str, grace_s: float) -> None:
+    """SIGTERM every nginx of the workdir, SIGKILL what is left after ``grace_s``; none may outlive the stop."""
+    import psutil
+
+    for signum, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 10.0)):
+        members = _members(group, workdir)
+        if not members:
+            return
+        for process in members:
+            with contextlib.suppress(psutil.Error):
+                process.send_signal(signum)
+        _, alive = psutil.wait_procs(members, timeout=wait_s)
+        if not alive:
+            return
+    raise LocalS3Error(f"the far-store proxy (nginx, group {group}) did not exit within 10s of SIGKILL; "
+                       f"check `ps -o stat,wchan -g {group}`", program="nginx", timeout_s=10)

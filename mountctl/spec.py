@@ -20,6 +20,8 @@ _BOUNDS = ("mount_timeout_s", "unmount_timeout_s", "probe_timeout_s", "busy_grac
 # Options that change how the program uses the node's resources, not which bytes it serves: requests
 # that differ only here share one mount, which keeps the bound of the request that started it.
 _RESOURCES = ("memory_mb",)
+# Work done for the loader once mounted, not a property of the mount: a later request's own ``warm`` is ignored.
+_AHEAD = ("warm",)
 # The least memory bound worth asking for: below it no mount program can run at all.
 MIN_MEMORY_MB = 64
 
@@ -56,6 +58,7 @@ class MountSpec:
     allow_other: bool = False
     extra_args: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     memory_mb: int | None = None  # bound on the mount program's memory, turned into its own flags
+    warm: str | None = None  # read these files into the cache once mounted: "all", or a file listing paths
     mount_timeout_s: float = 30.0
     unmount_timeout_s: float = 10.0
     probe_timeout_s: float = 2.0
@@ -97,6 +100,11 @@ class MountSpec:
         object.__setattr__(self, "extra_args", extra)
         if self.endpoint_url is not None:
             object.__setattr__(self, "endpoint_url", check_endpoint(self.endpoint_url))
+        if self.warm is not None:
+            if not isinstance(self.warm, str) or not self.warm.strip():
+                raise InvalidSpec(f"warm must be 'all' or the path of a file listing paths, not {self.warm!r}")
+            if self.warm != "all":  # the supervisor reads it from another working directory
+                object.__setattr__(self, "warm", os.path.abspath(os.path.expanduser(self.warm)))
 
     @property
     def bucket(self) -> str:
@@ -125,6 +133,6 @@ class MountSpec:
         The endpoint and region are left out: the resolved ``S3Settings`` stand for them.
         """
         data = self.to_dict()
-        for name in (*_BOUNDS, *_RESOURCES, "mount_dir", "endpoint_url", "region"):
+        for name in (*_BOUNDS, *_RESOURCES, *_AHEAD, "mount_dir", "endpoint_url", "region"):
             data.pop(name)
         return data

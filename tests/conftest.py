@@ -119,17 +119,21 @@ def make_bucket(s3, name: str) -> str:
     return name
 
 
+def remove_bucket(s3, name: str) -> None:
+    """Empty a bucket and delete it."""
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=name):
+        keys = [{"Key": obj["Key"]} for obj in page.get("Contents", [])]
+        if keys:
+            s3.delete_objects(Bucket=name, Delete={"Objects": keys})
+    s3.delete_bucket(Bucket=name)
+
+
 @pytest.fixture
 def bucket(s3):
     """A fresh bucket per test, emptied and removed afterwards."""
     name = make_bucket(s3, f"t-{uuid.uuid4().hex[:12]}")
     yield name
-    paginator = s3.get_paginator("list_objects_v2")
-    for page in paginator.paginate(Bucket=name):
-        keys = [{"Key": obj["Key"]} for obj in page.get("Contents", [])]
-        if keys:
-            s3.delete_objects(Bucket=name, Delete={"Objects": keys})
-    s3.delete_bucket(Bucket=name)
+    remove_bucket(s3, name)
 
 
 @pytest.fixture(params=["mount-s3", "rclone", "s3fs"])

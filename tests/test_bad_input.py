@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import socket
 import time
@@ -21,7 +22,7 @@ from mountctl import (
 )
 from mountctl.mounttable import find_mount
 
-from conftest import require_fuse
+from conftest import missing, require_fuse
 
 BOUND_S = 20
 
@@ -123,3 +124,18 @@ def test_relative_mount_dir_is_made_absolute(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert MountSpec(uri="s3://bucket/p", mount_dir="m").mount_dir == os.path.join(os.path.realpath(tmp_path), "m")
     assert MountSpec(uri="s3://bucket/p", mount_dir="m").prefix == "p/"
+
+
+def test_a_far_proxy_with_more_than_a_second_of_latency_starts_and_waits_that_long(local_s3, tmp_path):
+    """The readiness HEAD waits the profile's latency like any request: it must not give up after 1 s."""
+    from mountctl.far_proxy import FarProfile, FarProxy, find_nginx
+    from mountctl.s3 import client as s3_client
+
+    if find_nginx() is None:
+        missing("nginx is not installed (apt-get install nginx-light libnginx-mod-http-lua)")
+    direct = local_s3.settings(direct=True)
+    with FarProxy(direct.endpoint_url or "", str(tmp_path / "far"), FarProfile(latency_ms=1500)) as endpoint:
+        far = s3_client(dataclasses.replace(direct, endpoint_url=endpoint), read_timeout=30)
+        started = time.monotonic()
+        far.list_buckets()
+        assert time.monotonic() - started >= 1.5

@@ -20,7 +20,7 @@ from mountctl import Mount, MountSpec
 from mountctl.far_proxy import FarProfile, FarProxy, find_nginx
 from mountctl.s3 import client as s3_client
 
-from conftest import make_bucket, missing, require_fuse
+from conftest import make_bucket, missing, remove_bucket, require_fuse
 
 LATENCY_MS = 30.0
 RATE_MB_S = 20.0  # small, so that a stream long enough to measure stays quick
@@ -74,11 +74,7 @@ def far(local_s3, tmp_path_factory):
     s3.put_object(Bucket=bucket, Key="big.bin", Body=data)
     yield {"proxy": proxy, "settings": dataclasses.replace(direct, endpoint_url=endpoint), "direct": s3,
            "bucket": bucket, "data": data}
-    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket):
-        keys = [{"Key": obj["Key"]} for obj in page.get("Contents", [])]
-        if keys:
-            s3.delete_objects(Bucket=bucket, Delete={"Objects": keys})
-    s3.delete_bucket(Bucket=bucket)
+    remove_bucket(s3, bucket)
     proxy.stop()
 
 

@@ -1,28 +1,38 @@
 """The node exporter: this node's shared mounts as Prometheus metrics, plus ``/healthz`` and ``/readyz``.
 
-``/metrics`` is built at scrape time from the registry by ``MountCollector``, from
-the same figures ``mountctl status --json`` prints (``metrics.mount_figures``).
-Every probe in a scrape is bounded, so a wedged mount makes a scrape slower by
-at most the probe bound, never hangs it.  ``/healthz`` says the exporter runs;
-``/readyz`` is 200 only while every mount is up, else 503 naming which is not and why.
+A scrape costs O(mounts) and starts no process: mounts are probed in the background
+every ``interval_s`` (``snapshot.StatusSnapshot``) and each scrape joins the registry
+records as they are now with the last probe, into the same figures ``mountctl status
+--json`` prints (``metrics``).  The HTTP side is bounded too: connections wait in a
+lobby (at most ``backlog``; beyond it one is closed at once) until they send a request,
+an idle one is closed after the request timeout without ever holding a thread, a fixed
+pool of workers serves the requests, and every read and write has a timeout.
+``/healthz`` says the exporter runs; ``/readyz`` is 200 unless a mount is broken, else
+503 naming which is not and why.
 """
 
 from __future__ import annotations
 
 import logging
+import queue
+import selectors
+import socket
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from typing import Any, cast
 
 from prometheus_client.core import CollectorRegistry, CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 from ..errors import MountctlError
 from .registry import SHARED_STATES
+from .snapshot import StatusSnapshot
 from .status import status
 
-__all__ = ["MountCollector", "collect_rows", "readiness", "Exporter", "parse_listen", "LABELS", "STATES"]
+__all__ = ["MountCollector", "collect_rows", "readiness", "Exporter", "parse_listen", "address_family", "LABELS",
+           "STATES", "BROKEN_HEALTH"]
 
 log = logging.getLogger("mountctl")
 
@@ -105,7 +115,7 @@ def _snake(name: str) -> str:
 
 
 class MountCollector:
-    """A Prometheus collector that reads the registry (through ``status``) at every scrape."""
+    """A Prometheus collector over status rows: ``rows`` (the exporter's snapshot), else a fresh ``status``."""
 
     def __init__(self, timeout_s: float = 2.0, rows: Callable[[], list[dict[str, Any]]] | None = None) -> None:
         self._rows = rows or (lambda: status(timeout_s))
@@ -117,14 +127,19 @@ class MountCollector:
         yield from collect_rows(self._rows())
 
 
+# Health states that make a mounted mount broken for /readyz.  Any other state (slow, busy, not permitted for
+# this user, not probed yet) is a mount that serves its owner: no reason to take the node out of service.
+BROKEN_HEALTH = ("unresponsive", "dead", "unmounted", "unauthorized")
+
+
 def readiness(rows: Iterable[dict[str, Any]]) -> tuple[bool, str]:
-    """(ready, body): ready only when every mount is up; the body names each mount that is not, and why."""
+    """(ready, body): ready unless a mount is broken; the body names each broken mount, and why."""
     problems = []
     count = 0
     for row in rows:
         count += 1
-        if not row["up"]:
-            health = row["health"]
+        health = row["health"]
+        if row["state"] != "mounted" or health.get("state") in BROKEN_HEALTH:
             why = health.get("error") or row.get("last_error") or ""
             problems.append(f"{row['dir']} ({row['uri']}, {row['backend']}): state {row['state']}, "
                             f"health {health.get('state')}" + (f": {why}" if why else ""))
@@ -134,22 +149,129 @@ def readiness(rows: Iterable[dict[str, Any]]) -> tuple[bool, str]:
 
 
 def parse_listen(text: str) -> tuple[str, int]:
-    """``HOST:PORT`` or ``:PORT`` (127.0.0.1) as an address to bind."""
+    """``HOST:PORT``, ``[IPv6]:PORT`` or ``:PORT`` (127.0.0.1) as an address to bind."""
     host, sep, port = text.rpartition(":")
     if not sep or not port.isdigit() or not 0 <= int(port) < 65536:
         raise MountctlError(f"--listen {text!r} is not HOST:PORT; e.g. 127.0.0.1:9464")
     return (host.strip("[]") or "127.0.0.1"), int(port)
 
 
-class Exporter:
-    """The HTTP server; ``start()`` serves on a daemon thread, ``stop()`` closes the socket."""
+def address_family(host: str, port: int) -> socket.AddressFamily:
+    """The family to listen with on ``host``, checked up front: an IPv6 address on an IPv4-only host is one line."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise MountctlError(f"--listen {host}:{port}: {host!r} is not an address of this host ({exc.strerror}); "
+                            "e.g. 127.0.0.1:9464") from None
+    family = infos[0][0]
+    try:
+        socket.socket(family, socket.SOCK_STREAM).close()
+    except OSError as exc:
+        raise MountctlError(f"--listen {host}:{port}: this host cannot listen on {family.name} addresses "
+                            f"({exc.strerror}); use 127.0.0.1:{port}") from None
+    return family
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 9464, *, timeout_s: float = 2.0) -> None:
+
+class _BoundedHTTPServer(HTTPServer):
+    """Connections wait in a lobby until they send a request; ``workers`` threads serve the ones that did.
+
+    ``ThreadingHTTPServer`` starts a thread per connection with no cap and no timeout: a few
+    hundred idle clients hold a few hundred threads.  Here an idle connection costs a slot in
+    one selector, is closed after ``idle_s``, and at most ``backlog`` wait at once; a worker
+    is given a connection only once its request has begun to arrive.
+    """
+
+    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], *,
+                 family: socket.AddressFamily, workers: int, backlog: int, idle_s: float) -> None:
+        self.address_family = family
+        self.request_queue_size = backlog  # the kernel's accept queue (socketserver's default of 5 drops SYNs)
+        super().__init__(address, handler)
+        self._backlog, self._idle_s = backlog, idle_s
+        self._lobby = selectors.DefaultSelector()
+        self._lobby_lock = threading.Lock()
+        self._ready: queue.Queue[tuple[Any, Any] | None] = queue.Queue()
+        self._closing = threading.Event()
+        self._arrived = threading.Event()
+        self._threads = [threading.Thread(target=self._work, name=f"mountctl-exporter-{n}", daemon=True)
+                         for n in range(workers)]
+        self._threads.append(threading.Thread(target=self._watch_lobby, name="mountctl-exporter-lobby", daemon=True))
+        for thread in self._threads:
+            thread.start()
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        with self._lobby_lock:
+            if len(self._lobby.get_map()) >= self._backlog:
+                log.warning("exporter: %d connections wait already; closed one from %s", self._backlog, client_address)
+                self.shutdown_request(request)
+                return
+            self._lobby.register(request, selectors.EVENT_READ, (client_address, time.monotonic()))
+        self._arrived.set()
+
+    def _watch_lobby(self) -> None:
+        while not self._closing.is_set():
+            if not self._lobby.get_map():
+                self._arrived.wait(0.5)  # nothing waits: sleep until a connection comes
+                self._arrived.clear()
+                continue
+            events = self._lobby.select(timeout=0.05)
+            now = time.monotonic()
+            with self._lobby_lock:
+                for key, _ in events:
+                    self._lobby.unregister(key.fileobj)
+                    self._ready.put((key.fileobj, key.data[0]))
+                for key in list(self._lobby.get_map().values()):
+                    if now - key.data[1] > self._idle_s:  # sent nothing in time: closed, no worker spent on it
+                        self._lobby.unregister(key.fileobj)
+                        self.shutdown_request(cast(socket.socket, key.fileobj))
+
+    def _work(self) -> None:
+        while True:
+            item = self._ready.get()
+            if item is None:
+                return
+            request, client_address = item
+            try:
+                self.finish_request(request, client_address)
+            except Exception:  # a client that went away or timed out: its connection only
+                log.debug("exporter: a connection from %s failed", client_address, exc_info=True)
+            finally:
+                self.shutdown_request(request)
+
+    def server_close(self) -> None:
+        super().server_close()
+        self._closing.set()
+        with self._lobby_lock:
+            for key in list(self._lobby.get_map().values()):
+                self._lobby.unregister(key.fileobj)
+                self.shutdown_request(cast(socket.socket, key.fileobj))
+        self._arrived.set()
+        for thread in self._threads:
+            if thread.name != "mountctl-exporter-lobby":
+                self._ready.put(None)
+        for thread in self._threads:
+            thread.join(timeout=5)
+        self._lobby.close()
+
+
+class Exporter:
+    """The HTTP server; ``start()`` serves on a daemon thread and probes in the background, ``stop()`` ends both.
+
+    ``timeout_s`` bounds each mount's probe, ``interval_s`` is the time between probe rounds,
+    ``request_timeout_s`` bounds every read and write of a connection and how long one may
+    wait without sending a request, ``workers`` caps the requests served at once and
+    ``backlog`` the connections waiting.
+    """
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 9464, *, timeout_s: float = 2.0,
+                 interval_s: float = 5.0, request_timeout_s: float = 10.0, workers: int = 16,
+                 backlog: int = 128) -> None:
         self.timeout_s = timeout_s
+        self.snapshot = StatusSnapshot(timeout_s, interval_s)
         self.registry = CollectorRegistry()
-        self.registry.register(MountCollector(timeout_s))
-        self._server = ThreadingHTTPServer((host, port), self._handler())
-        self._server.daemon_threads = True
+        self.registry.register(MountCollector(timeout_s, rows=self.snapshot.rows))
+        self._server = _BoundedHTTPServer((host, port), self._handler(request_timeout_s),
+                                          family=address_family(host, port), workers=workers, backlog=backlog,
+                                          idle_s=request_timeout_s)
         self._thread: threading.Thread | None = None
 
     @property
@@ -157,10 +279,12 @@ class Exporter:
         host, port = self._server.server_address[:2]
         return str(host), int(port)
 
-    def _handler(self) -> type[BaseHTTPRequestHandler]:
+    def _handler(self, request_timeout_s: float) -> type[BaseHTTPRequestHandler]:
         exporter = self
 
         class Handler(BaseHTTPRequestHandler):
+            timeout = request_timeout_s  # every read and write of the connection (StreamRequestHandler)
+
             def do_GET(self) -> None:  # noqa: N802 (the http.server spelling)
                 path = self.path.split("?", 1)[0]
                 try:
@@ -169,7 +293,7 @@ class Exporter:
                     elif path == "/healthz":
                         self._send(200, b"ok\n")
                     elif path == "/readyz":
-                        ready, body = readiness(status(exporter.timeout_s))
+                        ready, body = readiness(exporter.snapshot.rows())
                         self._send(200 if ready else 503, body.encode())
                     else:
                         self._send(404, b"not found: try /metrics, /healthz or /readyz\n")
@@ -190,6 +314,7 @@ class Exporter:
         return Handler
 
     def start(self) -> Exporter:
+        self.snapshot.start()
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.2},
                                         name="mountctl-exporter", daemon=True)
         self._thread.start()
@@ -201,6 +326,7 @@ class Exporter:
             self._thread.join(timeout=timeout_s)
             self._thread = None
         self._server.server_close()
+        self.snapshot.stop(timeout_s)
 
     def __enter__(self) -> Exporter:
         return self.start()

@@ -16,49 +16,104 @@ import http.client
 import json
 import os
 import socket
+from collections.abc import Callable
 from typing import Any
 
 from ..backends import get_backend, rclone_rc_socket
 from ..cache import mount_cache_dir
 from ..health import mount_health
-from ..processes import process_alive
+from ..processes import pid_running, process_alive
 from .registry import MountRecord
 
-__all__ = ["mount_figures", "program_memory", "directory_bytes", "rclone_figures", "RC_TIMEOUT_S"]
+__all__ = ["mount_figures", "record_figures", "probe_figures", "combine", "program_memory", "directory_bytes",
+           "rclone_figures", "RC_TIMEOUT_S", "UP_HEALTH"]
 
 MIB = 1 << 20
 # How long the exporter waits for a mount program's remote control to answer one request.
 RC_TIMEOUT_S = 1.0
 
 
+# Health states in which a mounted mount counts as up: it answers (a slow answer is still one).
+UP_HEALTH = ("healthy", "slow")
+
+
 def mount_figures(record: MountRecord, timeout_s: float) -> dict[str, Any]:
     """One mount's status row: state, health, restarts, memory, cache and what its program reports."""
+    return combine(record_figures(record), probe_figures(record, timeout_s))
+
+
+def record_figures(record: MountRecord) -> dict[str, Any]:
+    """What the registry record alone says (no probe, no process started): cheap enough for every scrape.
+
+    ``health`` is None for a mounted mount: only a probe can tell (``probe_figures``).
+    """
     supervisor_alive = process_alive(record.supervisor)
-    backend = get_backend(record.backend) if record.backend else None
-    if supervisor_alive and record.state == "mounted":
-        health = mount_health(record.mount_dir, backend, record.program_pid, timeout_s).to_dict()
-    else:
-        health = {"state": record.state if supervisor_alive else "dead", "latency_s": None,
-                  "error": "" if supervisor_alive else "supervisor is gone; run `mountctl cleanup`"}
     state = record.state if supervisor_alive else "abandoned"
-    spec = record.spec
-    memory_mb = spec.get("memory_mb")
-    row: dict[str, Any] = {
+    memory_mb = record.spec.get("memory_mb")
+    health: dict[str, Any] | None = None if state == "mounted" else {
+        "state": record.state if supervisor_alive else "dead", "latency_s": None,
+        "error": "" if supervisor_alive else "supervisor is gone; run `mountctl cleanup`"}
+    if health is None and record.program_pid and not pid_running(record.program_pid):
+        # Seen at once from /proc, without waiting for the next probe.
+        health = {"state": "dead", "latency_s": None, "error": "mount program exited", "pid": record.program_pid}
+    return {
         "uri": record.uri, "dir": record.mount_dir, "backend": record.backend, "pid": record.program_pid,
         "supervisor_pid": (record.supervisor or {}).get("pid"),
         "state": state, "health": health, "since": record.since,
         "restarts": record.restarts, "last_error": record.last_error, "holders": len(record.holders),
         "pinned": record.pinned, "log": record.log_path, "endpoint": record.identity.get("s3", {}).get("endpoint"),
-        "up": state == "mounted" and health.get("state") in ("healthy", "slow"),
-        "memory": {**program_memory(record.program_pid if supervisor_alive else None),
-                   "bound_bytes": memory_mb * MIB if memory_mb else None},
-        "cache": _cache_figures(record),
+        "memory": {"rss_bytes": None, "peak_rss_bytes": None, "bound_bytes": memory_mb * MIB if memory_mb else None},
+        "cache": _cache_settings(record),
+        "warm": _warm_state(record),
         "program": {},
     }
+
+
+def probe_figures(record: MountRecord, timeout_s: float,
+                  cache_bytes: Callable[[str], int] | None = None) -> dict[str, Any]:
+    """What costs a process or a request: the bounded health probe, rclone's remote control, the cache's size.
+
+    ``cache_bytes`` measures a cache directory (default: a walk of it); rclone's own
+    count (``vfs/stats`` diskCache.bytesUsed) is taken instead whenever it answers.
+    """
+    supervisor_alive = process_alive(record.supervisor)
+    figures: dict[str, Any] = {"health": None, "memory": program_memory(record.program_pid if supervisor_alive else None),
+                               "program": {}, "cache_bytes": None}
+    if supervisor_alive and record.state == "mounted":
+        backend = get_backend(record.backend) if record.backend else None
+        figures["health"] = mount_health(record.mount_dir, backend, record.program_pid, timeout_s).to_dict()
     workdir = _workdir(record)
     if record.backend == "rclone" and workdir and supervisor_alive:
-        row["program"] = rclone_figures(rclone_rc_socket(workdir))
+        figures["program"] = rclone_figures(rclone_rc_socket(workdir))
+    cache = _cache_settings(record)
+    if cache is not None:
+        counted = ((figures["program"].get("vfs") or {}).get("diskCache") or {}).get("bytesUsed")
+        figures["cache_bytes"] = counted if isinstance(counted, int) else (cache_bytes or directory_bytes)(cache["path"])
+    return figures
+
+
+def combine(row: dict[str, Any], probed: dict[str, Any] | None) -> dict[str, Any]:
+    """A status row from the record's figures and the last probe's (None: not probed yet), with ``up``."""
+    row = {**row, "memory": dict(row["memory"])}
+    if probed is not None:
+        row["memory"].update(probed["memory"])
+        row["program"] = probed["program"]
+        if row["cache"] is not None:
+            row["cache"] = {**row["cache"], "bytes": probed["cache_bytes"]}
+    if row["health"] is None:
+        row["health"] = (probed or {}).get("health") or {"state": "unprobed", "latency_s": None,
+                                                         "error": "not probed yet"}
+    row["up"] = row["state"] == "mounted" and row["health"].get("state") in UP_HEALTH
     return row
+
+
+def _warm_state(record: MountRecord) -> dict[str, str] | None:
+    """The last word of the warm asked for at mount (``mountctl.warm``): warming, warmed, warm-incomplete or
+    warm-skipped with its summary; None when none was asked for."""
+    for event in reversed(record.events):
+        if str(event.get("event", "")).startswith("warm"):
+            return {"state": event["event"], "detail": event.get("detail", "")}
+    return None
 
 
 def _workdir(record: MountRecord) -> str | None:
@@ -82,13 +137,13 @@ def program_memory(pid: int | None) -> dict[str, int | None]:
     return figures
 
 
-def _cache_figures(record: MountRecord) -> dict[str, Any] | None:
-    """The cache the program runs with (None: none), with the bytes it holds now and its cap in bytes."""
+def _cache_settings(record: MountRecord) -> dict[str, Any] | None:
+    """The cache the program runs with (None: none), with its path and cap in bytes; ``bytes`` comes from a probe."""
     if record.cache is None:
         return None
     path = record.cache.get("path") or mount_cache_dir(record.cache["cache_dir"], record.mount_dir)
     size_mb = record.cache.get("cache_size_mb")
-    return {**record.cache, "bytes": directory_bytes(path), "capacity_bytes": size_mb * MIB if size_mb else None}
+    return {**record.cache, "path": path, "bytes": None, "capacity_bytes": size_mb * MIB if size_mb else None}
 
 
 def directory_bytes(path: str) -> int:

@@ -113,6 +113,9 @@ class SweepConfig:
             raise InvalidSpec("the bytes cells need reader counts >= 1 and at least one random read")
         if not set(self.peers) <= set(PEERS):
             raise InvalidSpec(f"--peers takes {', '.join(PEERS)} (comma-separated, or '' for none), not {self.peers}")
+        twice = sorted({peer for peer in self.peers if self.peers.count(peer) > 1})
+        if twice:
+            raise InvalidSpec(f"--peers names {', '.join(twice)} more than once: each peer runs its cells once")
         if self.decode not in DECODE_CHOICES:
             raise InvalidSpec(f"--decode must be one of {', '.join(DECODE_CHOICES)}, not {self.decode!r}")
 

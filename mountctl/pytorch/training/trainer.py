@@ -14,7 +14,7 @@ import sys
 from dataclasses import asdict, dataclass
 from typing import Any, TextIO
 
-from mountctl import InvalidSpec, S3Settings, parse_s3_uri, resolve
+from mountctl import InvalidSpec, S3Settings, parse_s3_uri, port_free, resolve
 from mountctl.pytorch.data.device_decode import resolve_decode
 from mountctl.pytorch.data.manifest import check_shards_present, load_manifest
 from mountctl.pytorch.data.sources import check_source_choice, open_source
@@ -111,6 +111,11 @@ def _check_accelerator(accelerator: str) -> None:
                               "--accelerator cpu (or auto), or check CUDA_VISIBLE_DEVICES and the driver")
 
 
+def _launching_rank() -> bool:
+    """The process that launches training (and becomes rank 0): the ranks it spawns find rank 0's port taken."""
+    return all(os.environ.get(name, "0") == "0" for name in ("LOCAL_RANK", "NODE_RANK", "RANK"))
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     uri: str
@@ -178,6 +183,10 @@ class TrainConfig:
             raise InvalidSpec(f"--data-wait-threshold must be in (0, 1], not {self.data_wait_threshold}")
         if self.metrics_port is not None and not 0 < self.metrics_port < 65536:
             raise InvalidSpec(f"--metrics-port must be a TCP port (1-65535), not {self.metrics_port}")
+        if self.metrics_port is not None and _launching_rank() and not port_free(self.metrics_port):
+            # Checked before the mount and the dataset are set up, not when rank 0 binds it at the first step.
+            raise InvalidSpec(f"--metrics-port {self.metrics_port} is in use on 127.0.0.1: choose a free port "
+                              f"(see `ss -ltnp 'sport = :{self.metrics_port}'`)")
         if self.cache_size_mb is not None and self.cache_size_mb < 1:
             raise InvalidSpec(f"--cache-size-mb must be positive, not {self.cache_size_mb}")
         # Both fail here, before S3 is asked anything: a wrong spelling, a log file that cannot be written.

@@ -1,0 +1,297 @@
+"""Warming a mount's data cache ahead of the loader: read the dataset's files once, in parallel.
+
+A loader that opens one file per sample (``ImageFolder``, DLIO's reader) pays a round trip per
+file in epoch 1, one file at a time per worker.  When the files are known (a list, or the whole
+tree), a pool of readers can fetch them into the mount program's own cache first, many at once,
+so that the loader's opens find them there.  Nothing in the user's code changes.
+
+The reads run in a child process (``python -m mountctl.warm``), never in the caller: a read of a
+wedged FUSE mount blocks in the kernel, and only a process can be abandoned and killed.  The child
+is bounded in time, can be cancelled, and is killed with its whole group when either happens.  A
+file that cannot be read (gone from the store, say) is reported, not fatal.  Only what fits in the
+cache is read (listing order), since warming more would evict what was warmed first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from .errors import InvalidSpec
+from .teardown import spawn_with_parent_death_signal
+
+__all__ = ["WarmReport", "Warmer", "warm", "read_listing", "cache_budget_bytes", "WARM_ALL", "DEFAULT_WORKERS"]
+
+# Reads in flight: enough to hide a store's ~20-50 ms per request behind each other, few enough
+# for a mount program on two cores (each read is one open and one GET through the mount).
+DEFAULT_WORKERS = 16
+DEFAULT_TIMEOUT_S = 3600.0
+WARM_ALL = "all"
+# The share of the cache that warming may fill: the rest stays for what the loader reads beside it.
+_CACHE_SHARE = 0.9
+_CHUNK = 1 << 20
+_KILL_WAIT_S = 10.0
+
+
+@dataclass
+class WarmReport:
+    """What one warm did.  ``missing``/``failed`` name files that could not be read (not fatal)."""
+
+    files: int = 0
+    bytes: int = 0
+    seconds: float = 0.0
+    skipped: int = 0  # files left out because the cache could not hold them
+    missing: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+    timed_out: bool = False
+    cancelled: bool = False
+    error: str = ""
+
+    @property
+    def complete(self) -> bool:
+        return not (self.missing or self.failed or self.skipped or self.timed_out or self.cancelled or self.error)
+
+    def summary(self) -> str:
+        text = f"{self.files} files, {self.bytes / 1e6:.1f} MB in {self.seconds:.1f}s"
+        for name, value in (("left out (cache full)", self.skipped), ("missing", len(self.missing)),
+                            ("unreadable", len(self.failed))):
+            if value:
+                text += f", {value} {name}"
+        if self.timed_out:
+            text += ", stopped at its time bound"
+        if self.cancelled:
+            text += ", cancelled"
+        if self.error:
+            text += f", failed: {self.error}"
+        return text
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def read_listing(listing: str) -> list[str] | None:
+    """The files a ``--warm`` value names: None for ``all`` (the whole tree), else the list file's lines
+    (paths relative to the mount; blank lines and ``#`` comments skipped)."""
+    if listing == WARM_ALL:
+        return None
+    try:
+        with open(os.path.expanduser(listing)) as f:
+            return [line.strip().lstrip("/") for line in f if line.strip() and not line.startswith("#")]
+    except OSError as exc:
+        raise InvalidSpec(f"cannot read the warm list {listing!r}: {exc.strerror}; give a file with one path "
+                          f"(relative to the mount) per line, or {WARM_ALL!r} for every file") from None
+
+
+class Warmer:
+    """One warm running in a child process: ``start``, then ``wait`` or ``cancel``; nothing outlives it."""
+
+    def __init__(self, root: str, names: Iterable[str] | None = None, *, budget_bytes: int | None = None,
+                 workers: int = DEFAULT_WORKERS, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+        if workers < 1 or timeout_s <= 0:
+            raise InvalidSpec(f"warm needs at least one worker and a positive time bound, not {workers} and "
+                              f"{timeout_s!r}")
+        self.root = root
+        self.names = None if names is None else list(names)
+        self.budget_bytes = budget_bytes
+        self.workers = workers
+        self.timeout_s = timeout_s
+        self._child: subprocess.Popen[bytes] | None = None
+        self._cancelled = threading.Event()
+        self._started = 0.0
+
+    def start(self) -> Warmer:
+        argv = [sys.executable, "-m", "mountctl.warm", self.root, "--workers", str(self.workers)]
+        if self.budget_bytes is not None:
+            argv += ["--budget-bytes", str(self.budget_bytes)]
+        if self.names is not None:
+            argv.append("--stdin")
+        self._started = time.monotonic()
+        # Its own session: a cancel kills the reader and every thread of it, never our group.  The kernel
+        # also stops it when this process dies (a SIGKILLed supervisor must not leave a reader behind).
+        self._child = spawn_with_parent_death_signal(
+            argv, stdin=subprocess.PIPE if self.names is not None else subprocess.DEVNULL, stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True)
+        if self.names is not None:
+            threading.Thread(target=self._feed, args=(self._child, self.names), daemon=True,
+                             name="mountctl-warm-feed").start()
+        return self
+
+    @staticmethod
+    def _feed(child: subprocess.Popen[bytes], names: list[str]) -> None:
+        assert child.stdin is not None
+        try:
+            child.stdin.write("".join(name + "\n" for name in names).encode())
+            child.stdin.close()
+        except (BrokenPipeError, ValueError, OSError):  # killed meanwhile: nothing left to feed
+            return
+
+    @property
+    def pid(self) -> int | None:
+        """The reader's process id while it runs (it is a child of this process)."""
+        return self._child.pid if self._child is not None else None
+
+    def in_background(self, on_done: Callable[[WarmReport], None]) -> Warmer:
+        """Start, and hand the report to ``on_done`` from a daemon thread when the warm ends."""
+        self.start()
+        threading.Thread(target=lambda: on_done(self.wait()), daemon=True, name="mountctl-warm").start()
+        return self
+
+    def cancel(self) -> None:
+        self._cancelled.set()
+        self._kill()
+
+    def wait(self) -> WarmReport:
+        """Block until the warm ends, its time bound passes or ``cancel`` is called; never longer."""
+        child = self._child
+        if child is None:
+            raise RuntimeError("Warmer.wait() before start()")
+        result: list[str] = []
+
+        def read() -> None:
+            assert child.stdout is not None
+            result.append(child.stdout.read().decode(errors="replace"))
+
+        reader = threading.Thread(target=read, daemon=True, name="mountctl-warm-read")
+        reader.start()
+        deadline = self._started + self.timeout_s
+        while child.poll() is None and not self._cancelled.is_set() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        timed_out = child.poll() is None and not self._cancelled.is_set()
+        self._kill()
+        reader.join(timeout=_KILL_WAIT_S)
+        report = _parse_report(result[0] if result else "")
+        report.seconds = round(time.monotonic() - self._started, 3)
+        report.timed_out = report.timed_out or timed_out
+        report.cancelled = self._cancelled.is_set()
+        if child.returncode not in (0, None) and not (report.timed_out or report.cancelled) and not report.error:
+            report.error = f"the warm reader exited with status {child.returncode}"
+        return report
+
+    def _kill(self) -> None:
+        child = self._child
+        if child is None or child.poll() is not None:
+            return
+        try:
+            os.killpg(child.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            return
+        try:
+            child.wait(timeout=_KILL_WAIT_S)
+        except subprocess.TimeoutExpired:  # stuck in a wedged mount's kernel wait; the kernel reaps it later
+            pass
+
+
+def _parse_report(out: str) -> WarmReport:
+    """The child's last line is its JSON report; a killed child printed none."""
+    for line in reversed(out.strip().splitlines()):
+        try:
+            data = json.loads(line)
+        except ValueError:
+            continue
+        known = WarmReport.__dataclass_fields__
+        return WarmReport(**{k: v for k, v in data.items() if k in known})
+    return WarmReport()
+
+
+def warm(root: str, names: Iterable[str] | None = None, *, budget_bytes: int | None = None,
+         workers: int = DEFAULT_WORKERS, timeout_s: float = DEFAULT_TIMEOUT_S) -> WarmReport:
+    """Read ``names`` (paths under ``root``; None: every file below it) into the mount's cache and report.
+
+    Returns within ``timeout_s`` (plus a kill); what was read by then stays cached.
+    """
+    return Warmer(root, names, budget_bytes=budget_bytes, workers=workers, timeout_s=timeout_s).start().wait()
+
+
+# -- the child: python -m mountctl.warm ROOT [--stdin] [--workers N] [--budget-bytes B] ---------------
+
+
+def _walk(root: str) -> list[str]:
+    found = []
+    for directory, dirs, files in os.walk(root):
+        dirs.sort()
+        found += [os.path.relpath(os.path.join(directory, name), root) for name in sorted(files)]
+    return found
+
+
+def _within_budget(root: str, names: list[str], budget: int | None, report: WarmReport) -> list[tuple[str, int]]:
+    """The files to read, in order, while their sizes fit ``budget``; a missing file is reported here."""
+    chosen, total = [], 0
+    for name in names:
+        if os.path.normpath(name).startswith(".."):
+            report.failed.append(f"{name}: outside the mount")
+            continue
+        try:
+            size = os.stat(os.path.join(root, name)).st_size
+        except FileNotFoundError:
+            report.missing.append(name)
+            continue
+        except OSError as exc:
+            report.failed.append(f"{name}: {exc.strerror}")
+            continue
+        if budget is not None and total + size > budget:
+            report.skipped += 1
+            continue
+        total += size
+        chosen.append((name, size))
+    return chosen
+
+
+def _read_one(root: str, name: str) -> int:
+    read = 0
+    with open(os.path.join(root, name), "rb", buffering=0) as f:
+        while chunk := f.read(_CHUNK):
+            read += len(chunk)
+    return read
+
+
+def _child_main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m mountctl.warm")
+    parser.add_argument("root")
+    parser.add_argument("--stdin", action="store_true", help="read the file list from stdin")
+    parser.add_argument("--workers", type=int, default=DEFAULT_WORKERS)
+    parser.add_argument("--budget-bytes", type=int)
+    args = parser.parse_args(argv)
+    report = WarmReport()
+    names = [line.strip() for line in sys.stdin if line.strip()] if args.stdin else _walk(args.root)
+    chosen = _within_budget(args.root, names, args.budget_bytes, report)
+    lock = threading.Lock()
+
+    def read(item: tuple[str, int]) -> None:
+        name = item[0]
+        try:
+            size = _read_one(args.root, name)
+        except FileNotFoundError:
+            with lock:
+                report.missing.append(name)
+            return
+        except OSError as exc:
+            with lock:
+                report.failed.append(f"{name}: {exc.strerror or exc}")
+            return
+        with lock:
+            report.files += 1
+            report.bytes += size
+
+    with ThreadPoolExecutor(max(1, args.workers), thread_name_prefix="warm") as pool:
+        list(pool.map(read, chosen))
+    print(json.dumps(report.to_dict()), flush=True)
+    return 0
+
+
+def cache_budget_bytes(cache_size_mb: int | None) -> int | None:
+    """How much of a cache of ``cache_size_mb`` warming may fill (None: no cache, nothing to warm into)."""
+    return int(cache_size_mb * (1 << 20) * _CACHE_SHARE) if cache_size_mb else None
+
+
+if __name__ == "__main__":
+    sys.exit(_child_main(sys.argv[1:]))

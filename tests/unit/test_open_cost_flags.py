@@ -1,0 +1,93 @@
+"""The per-open flags and the warm option, as parsed and as they reach each program's command line."""
+
+from __future__ import annotations
+
+import pytest
+
+from mountctl.backends import Rclone, S3fsFuse
+from mountctl.cli import main
+from mountctl.errors import InvalidSpec
+from mountctl.s3 import S3Settings
+from mountctl.spec import MountSpec
+from mountctl.warm import WarmReport, read_listing
+
+LOCAL = S3Settings(endpoint_url="http://127.0.0.1:9", region="eu-west-1", access_key_id="AKUNIT",
+                   secret_access_key="unit-secret")
+
+
+@pytest.fixture
+def programs(monkeypatch):
+    monkeypatch.setattr("mountctl.backends.find_program", lambda name: f"/usr/bin/{name}")
+
+
+def _spec(tmp_path, **options) -> MountSpec:
+    return MountSpec(uri="s3://data-bucket/train/", mount_dir=str(tmp_path / "m"), **options)
+
+
+def test_rclone_takes_fingerprints_from_the_listing_instead_of_a_head_per_open(programs, tmp_path):
+    argv = Rclone().command(_spec(tmp_path), LOCAL, str(tmp_path))
+    assert "--vfs-fast-fingerprint" in argv
+
+
+def test_read_only_mounts_let_the_kernel_keep_attributes_for_the_metadata_ttl(programs, tmp_path):
+    spec = _spec(tmp_path, metadata_ttl_s=600)
+    rclone = Rclone().command(spec, LOCAL, str(tmp_path))
+    assert rclone[rclone.index("--attr-timeout") + 1] == "600s"
+    s3fs = S3fsFuse().command(spec, LOCAL, str(tmp_path))
+    options = s3fs[s3fs.index("-o") + 1].split(",")
+    assert "entry_timeout=600" in options and "attr_timeout=600" in options
+
+
+def test_writable_mounts_keep_the_kernels_default_attribute_cache(programs, tmp_path):
+    spec = _spec(tmp_path, read_only=False)
+    assert "--attr-timeout" not in Rclone().command(spec, LOCAL, str(tmp_path))
+    s3fs = S3fsFuse().command(spec, LOCAL, str(tmp_path))
+    assert "attr_timeout" not in s3fs[s3fs.index("-o") + 1]
+
+
+def test_warm_is_not_part_of_what_two_requests_must_agree_on(tmp_path):
+    assert _spec(tmp_path, warm="all").served() == _spec(tmp_path).served()
+
+
+def test_a_warm_list_path_is_made_absolute_and_an_empty_one_refused(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert _spec(tmp_path, warm="files.txt").warm == str(tmp_path / "files.txt")
+    with pytest.raises(InvalidSpec, match="warm must be"):
+        _spec(tmp_path, warm=" ")
+
+
+def test_a_warm_list_names_paths_relative_to_the_mount(tmp_path):
+    listing = tmp_path / "files.txt"
+    listing.write_text("# classes\ncat/1.jpg\n\n/dog/2.jpg\n")
+    assert read_listing(str(listing)) == ["cat/1.jpg", "dog/2.jpg"]
+    assert read_listing("all") is None
+    with pytest.raises(InvalidSpec, match="cannot read the warm list"):
+        read_listing(str(tmp_path / "absent.txt"))
+
+
+def test_cli_refuses_warm_without_a_cache(tmp_path, capsys):
+    assert main(["mount", "s3://data-bucket/train/", str(tmp_path / "m"), "--warm"]) == 1
+    assert "add --cache-dir" in capsys.readouterr().err
+
+
+def test_a_warm_report_is_complete_only_when_every_file_was_read():
+    assert WarmReport(files=3).complete
+    partial = WarmReport(files=2, missing=["gone.jpg"])
+    assert not partial.complete and "1 missing" in partial.summary()
+    assert not WarmReport(files=1, timed_out=True).complete
+
+
+def test_the_far_proxy_logs_requests_only_when_asked(tmp_path):
+    from mountctl.far_proxy import FarProfile, render_config
+
+    def conf(log_requests: bool) -> str:
+        return render_config(FarProfile(), upstream="127.0.0.1:8333", port=9000, workdir=str(tmp_path),
+                             modules_dir="/m", log_requests=log_requests)
+
+    assert "access_log off;" in conf(False)
+    assert f"access_log {tmp_path}/requests.log requests;" in conf(True)
+
+
+def test_rclones_cache_keeps_files_longer_than_an_epoch(programs, tmp_path):
+    argv = Rclone().command(_spec(tmp_path, cache_dir=str(tmp_path / "c"), cache_size_mb=1024), LOCAL, str(tmp_path))
+    assert argv[argv.index("--vfs-cache-max-age") + 1] == "8760h"

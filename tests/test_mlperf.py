@@ -2,7 +2,8 @@
 
 Tiny on purpose (the ``tiny`` scale: 14 files of 64 KiB, one accelerator, one epoch):
 it checks that DLIO 2.0.0 from ``.venv-dlio`` runs unmodified over local disk and over
-each installed mount program on the far-store proxy, and that MLPerf Storage's figures
+each installed mount program (plain, and with its cache warmed ahead of DLIO) on the
+far-store proxy, and that MLPerf Storage's figures
 come back, not what they are.  Needs ``scripts/setup_dlio.sh`` (``scripts/setup.sh``
 runs it); on CI a missing DLIO fails the test.
 """
@@ -66,7 +67,7 @@ def test_tiny_unet3d_through_each_mount_reports_au_and_leaves_nothing(s3, s3_env
 
     measured = [r for r in result["runs"] if "accelerators" in r]
     routes = {r["route"] for r in measured}
-    assert routes == {"local-disk", *(f"mount/{b}" for b in installed_backends())}
+    assert routes == {"local-disk", *(f"mount/{b}{w}" for b in installed_backends() for w in ("", "+warm"))}
     for run in measured:
         assert run["status"] == "ok", run
         assert run["accelerators"] == 1 and run["epochs"] == 1

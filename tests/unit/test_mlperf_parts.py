@@ -16,6 +16,7 @@ from mountctl.pytorch.benchmark.mlperf import (
     accelerators_kept,
     dlio_overrides,
     kept_table,
+    mount_routes,
     search_accelerators,
 )
 from mountctl.pytorch.benchmark.report import mlperf_markdown
@@ -141,3 +142,9 @@ def test_report_section_speaks_mlperf_storage_terms():
     assert "Accelerators kept at AU >= 90 %" in text
     assert "| unet3d | - | local-disk | 1 | 99.0 |" in text
     assert "s3 (DLIO): not possible" in text
+
+
+def test_each_program_is_measured_plain_and_with_its_cache_warmed_ahead():
+    assert mount_routes(("rclone", "s3fs"), True) == ["mount/rclone", "mount/rclone+warm", "mount/s3fs",
+                                                      "mount/s3fs+warm"]
+    assert mount_routes(("rclone",), False) == ["mount/rclone"]

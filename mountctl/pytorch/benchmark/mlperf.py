@@ -32,7 +32,7 @@ from mountctl.pytorch.benchmark.dlio import dlio_venv, read_summary, run_dlio
 from mountctl.pytorch.benchmark.stores import plan_stores
 
 __all__ = ["MlperfWorkload", "MlperfConfig", "SCALES", "dlio_overrides", "accelerators_kept", "search_accelerators",
-           "kept_table", "run_mlperf", "run_mlperf_command", "AU_TARGET"]
+           "kept_table", "mount_routes", "run_mlperf", "run_mlperf_command", "AU_TARGET"]
 
 AU_TARGET = 90.0  # MLPerf Storage's pass mark, % (DLIO's `metric.au` in every shipped workload)
 S3_DIRECT = "s3 (DLIO)"
@@ -256,7 +256,7 @@ def _measure(venv: Path, workload: MlperfWorkload, route: str, store: str, ranks
     return row
 
 
-def _routes(backends: tuple[str, ...], warm: bool) -> list[str]:
+def mount_routes(backends: tuple[str, ...], warm: bool) -> list[str]:
     return [f"mount/{b}{suffix}" for b in backends or installed_backends() for suffix in ("", "+warm")[:1 + warm]]
 
 
@@ -297,7 +297,7 @@ def run_mlperf(config: MlperfConfig, *, settings: S3Settings | None = None,
                 with plan.settings(store, os.path.join(scratch, "far-proxy")) as store_s3:
                     result["stores"][store] = {"endpoint": store_s3.endpoint_url or "AWS S3",
                                                **(plan.profile.to_dict() if store == "far" else {})}
-                    for route in _routes(config.backends, config.warm):
+                    for route in mount_routes(config.backends, config.warm):
                         search(workload, route, store, local, uri, store_s3)
                 result["runs"].append({"workload": workload.name, "route": S3_DIRECT, "store": store,
                                        "status": NOT_POSSIBLE})

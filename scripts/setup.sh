@@ -47,6 +47,8 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
     || { echo "setup: the Python packages did not install; see the pip output above" >&2; exit 1; }
   echo "$want" > "$stamp"
 fi
+# DLIO (MLPerf Storage's engine) in its own .venv-dlio, for `resnet.py bench --suite mlperf` and tests/test_mlperf.py.
+bash scripts/setup_dlio.sh
 if [ "$did_something" = 1 ]; then
   echo "setup: ready after $((SECONDS / 60)) min $((SECONDS % 60)) s (.venv/bin/mountctl, .venv/bin/python resnet.py)"
 else

@@ -63,7 +63,9 @@ def add_bench_arguments(bench: argparse.ArgumentParser) -> None:
                        "'' for none)")
     bench.add_argument("--suite", choices=SUITES, default="all",
                        help="all (default): every cell; checkpoint: only checkpoint save/load on every route; "
-                       "node: 8 rank processes x 8 readers on one shared mount per program (docs/scale.md)")
+                       "node: 8 rank processes x 8 readers on one shared mount per program (docs/scale.md); mlperf: "
+                       "MLPerf Storage's DLIO workloads per route, in accelerators kept at AU >= 90 %% (docs/mlperf.md; "
+                       "needs scripts/setup_dlio.sh; --quick or --preset tiny for a shorter run)")
     bench.add_argument("--node-object-mb", type=int, default=16,
                        help="--suite node: size of each of its 64 objects, MiB (default 16)")
     bench.add_argument("--node-memory-mb", type=int, default=512,
@@ -119,6 +121,10 @@ def _node(args: argparse.Namespace) -> int:
 
 
 def run_bench(args: argparse.Namespace) -> int:
+    if args.suite == "mlperf":
+        from mountctl.pytorch.benchmark.mlperf import run_mlperf_command
+
+        return run_mlperf_command(args, DEFAULT_URI)
     if args.source_kind is not None:
         if args.uri is None:
             raise InvalidSpec("with --source-kind, give the URI of a dataset written by `resnet.py make`")

@@ -14,8 +14,9 @@ from mountctl.pytorch.data.synthetic import parse_size
 __all__ = ["DatasetSpec", "SweepConfig", "PRESETS", "ACCELERATORS", "SUITES"]
 
 ACCELERATORS = ("cpu", "gpu")
-SUITES = ("all", "checkpoint", "node")  # checkpoint: only the checkpoint cells (benchmark/checkpoint_cells.py);
-# node: only the 64 readers on one mount (benchmark/node_scale.py), run before any sweep is configured
+# checkpoint: only the checkpoint cells (benchmark/checkpoint_cells.py); node: only the 64 readers on one mount
+# (benchmark/node_scale.py), run before any sweep is configured; mlperf: DLIO's workloads (benchmark/mlperf.py)
+SUITES = ("all", "checkpoint", "node", "mlperf")
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from typing import Any
 from mountctl.pytorch.benchmark.checkpoint_cells import checkpoint_bars, checkpoint_rows
 from mountctl.pytorch.benchmark.side_by_side import side_by_side
 
-__all__ = ["write_report", "markdown"]
+__all__ = ["write_report", "markdown", "mlperf_markdown", "write_mlperf_report"]
 
 
 def _fmt(value: Any, digits: int = 1) -> str:
@@ -213,4 +213,42 @@ def write_report(result: dict[str, Any], out: str) -> dict[str, str]:
     with open(paths["md"], "w", encoding="utf-8") as f:
         f.write(markdown(result))
     _chart(result, paths["png"])
+    return paths
+
+
+def mlperf_markdown(result: dict[str, Any]) -> str:
+    """``--suite mlperf`` in MLPerf Storage's terms: accelerators kept at AU >= 90 %, their AU and samples/s."""
+    machine = result["machine"]
+    asked = "; ".join(f"{w['name']} ({w['config']}): batch {w['batch_size']} per {w['computation_time']} s = "
+                      f"{w['samples_per_s_asked']} samples/s per accelerator, {w['files']} files of "
+                      f"{w['record_bytes']:,} B, {w['read_threads']} reader threads, {w['epochs']} epochs"
+                      for w in result["workloads"])
+    parts = [f"# mountctl bench --suite mlperf {result['started']}",
+             f"{machine['cpu_count']} CPUs, load average {machine['load_average']} at start, "
+             f"{machine.get('load_average_end')} at end; {result.get('seconds')} s in all. Stores: "
+             + "; ".join(_store_line(name, about) for name, about in result.get("stores", {}).items()) + ".",
+             f"Workloads (DLIO's configs, Hydra overrides only): {asked}."]
+    counts = sorted({n for row in result["kept"] for n in row["au_pct_by_accelerators"]})
+    parts.append(f"## Accelerators kept at AU >= {result['au_target_pct']:g} % (local disk: the reference)\n\n"
+                 + _table(["workload", "store", "route", "accelerators kept", "AU % there", "samples/s there",
+                           "x local disk", *(f"AU % at {n}" for n in counts)],
+                          [[r["workload"], r["store"], r["route"], r["accelerators_kept"], r["au_pct"],
+                            r["samples_per_s"], r["x_local_disk"],
+                            *(r["au_pct_by_accelerators"].get(n, "-") for n in counts)] for r in result["kept"]]))
+    notes = {f"{r['route']}: {r['status']}" for r in result["runs"] if r["status"] != "ok" and "accelerators" not in r}
+    failed = [f"{r['workload']} {r['route']} ({r['store']}) x{r['accelerators']}: {r['status']}"
+              for r in result["runs"] if r["status"] != "ok" and "accelerators" in r]
+    parts += [f"Not measured: {note}." for note in sorted(notes)] + [f"Failed run: {line}" for line in failed]
+    return "\n\n".join(parts) + "\n"
+
+
+def write_mlperf_report(result: dict[str, Any], out: str) -> dict[str, str]:
+    """``mlperf-<stamp>.json`` (every run) and ``.md`` (the table) under ``out``; return their paths."""
+    os.makedirs(out, exist_ok=True)
+    stamp = result["started"].replace(":", "").replace("+0000", "Z")
+    paths = {kind: os.path.join(out, f"mlperf-{stamp}.{kind}") for kind in ("json", "md")}
+    with open(paths["json"], "w", encoding="utf-8") as f:
+        json.dump({**result, "files": paths}, f, indent=1)
+    with open(paths["md"], "w", encoding="utf-8") as f:
+        f.write(mlperf_markdown(result))
     return paths

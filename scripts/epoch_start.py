@@ -37,6 +37,7 @@ def _child(args: argparse.Namespace) -> None:
     from mountctl.pytorch.data import dataset as dataset_module
     from mountctl.pytorch.data.dataset import EpochLoader, ShardDataset
     from mountctl.pytorch.data.manifest import load_manifest
+    from mountctl.pytorch.data.persistent import EpochFollower, shut_down_workers
     from mountctl.pytorch.data.sources import open_source
 
     settings = resolve()
@@ -95,13 +96,13 @@ def _child(args: argparse.Namespace) -> None:
     def epochs(source: Any) -> None:
         dataset = Timed(manifest, TimedSource(source), batch_size=args.batch_size, seed=0,
                         shuffle_buffer=args.shuffle_buffer)
-        loader = None
+        current = [0]
+        persistent = EpochLoader(EpochFollower(dataset), epoch_fn=lambda: current[0], num_workers=args.workers,
+                                 worker_init_fn=stamp_start, timeout=600, persistent_workers=True)
         for epoch in range(args.epochs):
-            if loader is None or not args.reuse_loader:
-                loader = EpochLoader(dataset, epoch_fn=lambda e=epoch: e, num_workers=args.workers,
-                                     worker_init_fn=stamp_start, timeout=600)
-            else:
-                loader._epoch_fn = lambda e=epoch: e  # type: ignore[attr-defined]
+            current[0] = epoch
+            loader = persistent if args.persistent else EpochLoader(
+                dataset, epoch_fn=lambda e=epoch: e, num_workers=args.workers, worker_init_fn=stamp_start, timeout=600)
             start = time.monotonic()
             times, sizes, stamps = [], [], []
             for batch in loader:
@@ -113,7 +114,7 @@ def _child(args: argparse.Namespace) -> None:
             worker_start = first.get("worker_start")
             warm = min(args.warmup_batches, len(times) - 1)
             row = {
-                "source": args.source, "epoch": epoch + 1, "torch_import_s": round(torch_s, 2) if epoch == 0 else 0,
+                "source": args.source, "persistent": args.persistent, "epoch": epoch + 1, "torch_import_s": round(torch_s, 2) if epoch == 0 else 0,
                 "worker_start_s": round(worker_start - start, 3) if worker_start else 0.0,
                 "worker_imports_s": round(first["imports_s"], 3),
                 "first_open_s": round(first["opened"] - first["iter"] - first["imports_s"], 3),
@@ -127,7 +128,7 @@ def _child(args: argparse.Namespace) -> None:
                 "after_warmup_samples_per_s": round(sum(sizes[warm + 1:]) / (times[-1] - times[warm]), 1),
             }
             print(json.dumps(row), flush=True)
-        del loader
+        shut_down_workers(persistent)
 
     if args.source == "local-disk":
         epochs(LocalDiskSource(args.local_dir))
@@ -156,10 +157,10 @@ def _run_children(args: argparse.Namespace, uri: str, local_dir: str, env: dict[
     common = [sys.executable, __file__, "--uri", uri, "--local-dir", local_dir, "--epochs", str(args.epochs),
               "--workers", str(args.workers), "--batch-size", str(args.batch_size),
               "--shuffle-buffer", str(args.shuffle_buffer), "--warmup-batches", str(args.warmup_batches)]
-    if args.reuse_loader:
-        common.append("--reuse-loader")
     for source in args.sources.split(","):
-        subprocess.run([*common, "--child", "--source", source], env=env, check=True, timeout=900)
+        for persistent in (False, True):
+            subprocess.run([*common, "--child", "--source", source, *(["--persistent"] if persistent else [])],
+                           env=env, check=True, timeout=900)
     if args.train:
         subprocess.run([*common, "--train-child", "--source", args.sources.split(",")[-1]], env=env, check=True,
                        timeout=1800)
@@ -175,7 +176,7 @@ def main() -> None:
     parser.add_argument("--shuffle-buffer", type=int, default=256)
     parser.add_argument("--warmup-batches", type=int, default=3)
     parser.add_argument("--sources", default="local-disk,rclone", help="local-disk and/or mount programs")
-    parser.add_argument("--reuse-loader", action="store_true", help="one EpochLoader for every epoch")
+    parser.add_argument("--persistent", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--train", action="store_true", help="also train (resnet18) through the last source")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--train-child", action="store_true", help=argparse.SUPPRESS)

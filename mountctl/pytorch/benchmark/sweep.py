@@ -216,6 +216,10 @@ def _train_cells(run: _Run, manifest: Manifest, uri: str) -> None:
         run.epochs({"cell": "train", "source": label, "kind": kind, "backend": backend, **base}, measure)
 
 
+def _ratio(row: dict[str, Any], limit: dict[str, Any] | None, field: str) -> float | None:
+    return round(row[field] / limit[field], 3) if limit and limit.get(field) else None
+
+
 def _add_ratios(cells: list[dict[str, Any]]) -> None:
     """Each cell against the limit measured in the same run: same dataset, same worker count."""
     def find(cell: str, **match: Any) -> dict[str, Any] | None:
@@ -230,8 +234,10 @@ def _add_ratios(cells: list[dict[str, Any]]) -> None:
             local = find("loader", source=LOCAL, dataset=row["dataset"], num_workers=row["num_workers"],
                          epoch=row["epoch"], store=store)
             get = find("raw-get", dataset=row["dataset"], store=store)
-            row["ratio_to_local_disk"] = round(row["samples_per_s"] / local["samples_per_s"], 3) if local else None
-            row["ratio_to_raw_get"] = round(row["mb_per_s"] / get["mb_per_s"], 3) if get else None
+            # Whole epoch first: the ratios that lead; after warm-up beside them.
+            row["ratio_to_local_disk"] = _ratio(row, local, "epoch_samples_per_s")
+            row["ratio_to_local_disk_after_warmup"] = _ratio(row, local, "samples_per_s")
+            row["ratio_to_raw_get"] = round(row["epoch_mb_per_s"] / get["mb_per_s"], 3) if get else None
         elif row["cell"] == "bytes":
             get = find("raw-get", dataset=row["dataset"], store=store)
             row["ratio_to_raw_get"] = round(row["mb_per_s"] / get["mb_per_s"], 3) if get else None
@@ -240,7 +246,8 @@ def _add_ratios(cells: list[dict[str, Any]]) -> None:
             row["ratio_to_s3io_range"] = round(row["mb_per_s"] / ranged["mb_per_s"], 3) if ranged else None
         elif row["cell"] == "train":
             ceiling = find("ceiling", store=store)  # synthetic batches already on the device: the same in every epoch
-            row["ratio_to_ceiling"] = round(row["samples_per_s"] / ceiling["samples_per_s"], 3) if ceiling else None
+            row["ratio_to_ceiling"] = _ratio(row, ceiling, "epoch_samples_per_s")
+            row["ratio_to_ceiling_after_warmup"] = _ratio(row, ceiling, "samples_per_s")
 
 
 def _store_cells(run: _Run, manifests: list[tuple[DatasetSpec, Manifest]], train_manifest: Manifest | None,

@@ -39,9 +39,16 @@ def _child(args: argparse.Namespace) -> None:
     from mountctl.pytorch.data.manifest import load_manifest
     from mountctl.pytorch.data.persistent import EpochFollower, shut_down_workers
     from mountctl.pytorch.data.sources import open_source
+    from mountctl.pytorch.data.worker_imports import import_worker_modules
 
     settings = resolve()
     manifest = load_manifest(settings, args.uri)
+    began = time.monotonic()
+    if args.no_parent_imports:  # as before the fix: each forked worker imports them for itself
+        dataset_module.import_worker_modules = lambda: None  # type: ignore[attr-defined]  # this process only
+    else:
+        import_worker_modules()  # what EpochLoader does before its first fork, timed apart here
+    parent_imports_s = time.monotonic() - began
     original_decode = dataset_module.decode
     marks: dict[str, float] = {}
     started: list[float] = []  # worker_init_fn's stamp, taken by the first __iter__ after it
@@ -114,7 +121,9 @@ def _child(args: argparse.Namespace) -> None:
             worker_start = first.get("worker_start")
             warm = min(args.warmup_batches, len(times) - 1)
             row = {
-                "source": args.source, "persistent": args.persistent, "epoch": epoch + 1, "torch_import_s": round(torch_s, 2) if epoch == 0 else 0,
+                "source": args.source, "persistent": args.persistent,
+                "parent_imports": not args.no_parent_imports, "epoch": epoch + 1, "torch_import_s": round(torch_s, 2) if epoch == 0 else 0,
+                "parent_imports_s": round(parent_imports_s, 2) if epoch == 0 else 0,
                 "worker_start_s": round(worker_start - start, 3) if worker_start else 0.0,
                 "worker_imports_s": round(first["imports_s"], 3),
                 "first_open_s": round(first["opened"] - first["iter"] - first["imports_s"], 3),
@@ -157,10 +166,11 @@ def _run_children(args: argparse.Namespace, uri: str, local_dir: str, env: dict[
     common = [sys.executable, __file__, "--uri", uri, "--local-dir", local_dir, "--epochs", str(args.epochs),
               "--workers", str(args.workers), "--batch-size", str(args.batch_size),
               "--shuffle-buffer", str(args.shuffle_buffer), "--warmup-batches", str(args.warmup_batches)]
+    # As before the fix (workers forked afresh, importing for themselves), then each part of it.
+    variants = [["--no-parent-imports"], [], ["--persistent"]]
     for source in args.sources.split(","):
-        for persistent in (False, True):
-            subprocess.run([*common, "--child", "--source", source, *(["--persistent"] if persistent else [])],
-                           env=env, check=True, timeout=900)
+        for variant in variants:
+            subprocess.run([*common, "--child", "--source", source, *variant], env=env, check=True, timeout=900)
     if args.train:
         subprocess.run([*common, "--train-child", "--source", args.sources.split(",")[-1]], env=env, check=True,
                        timeout=1800)
@@ -177,6 +187,7 @@ def main() -> None:
     parser.add_argument("--warmup-batches", type=int, default=3)
     parser.add_argument("--sources", default="local-disk,rclone", help="local-disk and/or mount programs")
     parser.add_argument("--persistent", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--no-parent-imports", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--train", action="store_true", help="also train (resnet18) through the last source")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--train-child", action="store_true", help=argparse.SUPPRESS)

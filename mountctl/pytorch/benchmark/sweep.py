@@ -16,6 +16,7 @@ import contextlib
 import functools
 import os
 import shutil
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -30,7 +31,7 @@ from mountctl.pytorch.benchmark.checkpoint_cells import (
     checkpoint_cell_count,
     run_checkpoint_cells,
 )
-from mountctl.pytorch.benchmark.config import DatasetSpec, SweepConfig
+from mountctl.pytorch.benchmark.config import QUICK_EXPECTED, DatasetSpec, SweepConfig
 from mountctl.pytorch.benchmark.facts import machine_facts, versions
 from mountctl.pytorch.benchmark.limits import LocalDiskSource, copy_shards, raw_get
 from mountctl.pytorch.benchmark.map_cells import add_map_ratios, map_cell_count, map_cells
@@ -256,7 +257,7 @@ def _store_cells(run: _Run, manifests: list[tuple[DatasetSpec, Manifest]], train
     config = run.config
     for spec, manifest in manifests:
         _dataset_cells(run, spec, manifest, scratch)
-    if manifests:  # map-style cells: the files layout, and random access into the first dataset
+    if manifests and config.map_cells:  # map-style cells: the files layout, and random access into the first dataset
         first, first_manifest = manifests[0]
         map_cells(run, first_manifest, first.uri(config.uri), first.label,
                   LocalDiskSource(f"{scratch}/{first.label}"), source_plan(config), scratch)
@@ -267,7 +268,8 @@ def _store_cells(run: _Run, manifests: list[tuple[DatasetSpec, Manifest]], train
     elif train_manifest is not None:
         _train_cells(run, train_manifest, config.train_dataset.uri(config.uri))
         peer_train_cells(run, train_manifest, config.train_dataset.uri(config.uri), run.peer_train)
-    run_checkpoint_cells(run, config.uri, f"{scratch}/checkpoints", CELL_ERRORS)
+    if config.runs_checkpoints:
+        run_checkpoint_cells(run, config.uri, f"{scratch}/checkpoints", CELL_ERRORS)
 
 
 def run_sweep(config: SweepConfig, *, settings: S3Settings | None = None) -> dict[str, Any]:
@@ -299,9 +301,13 @@ def run_sweep(config: SweepConfig, *, settings: S3Settings | None = None) -> dic
     per_dataset = 1 + ((sources + 1) * (1 + len(config.num_workers) * len(EPOCHS)) if config.loader_cells else 0)
     per_dataset += routes * (len(config.bytes_readers) * len(EPOCHS) + 1) if config.bytes_cells else 0
     total = len(manifests) * per_dataset + ((1 + sources * len(EPOCHS)) if train_manifest is not None else 0)
-    total += map_cell_count(config, sources) if manifests else 0
-    total += checkpoint_cell_count(config)
+    total += map_cell_count(config, sources) if manifests and config.map_cells else 0
+    total += checkpoint_cell_count(config) if config.runs_checkpoints else 0
     total += peer_cell_count(config, len(manifests), bool(peer_train))
+    if config.progress:  # as setup does: what the wait will be, before it starts
+        expected = f"; expect {QUICK_EXPECTED}" if config.quick and config.store == "far" else ""
+        print(f"bench: {total * len(stores)} cells through the {' and '.join(stores)} store{'s' * (len(stores) > 1)}"
+              f"{expected}", file=sys.stderr, flush=True)
     scratch = tempfile.mkdtemp(prefix="mountctl-bench-")
     with tqdm(total=total * len(stores), unit="cell", desc="bench", disable=not config.progress) as bar:
         run = _Run(config, settings, bar)

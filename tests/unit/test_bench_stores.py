@@ -44,6 +44,16 @@ def test_a_bad_store_or_far_profile_fails_before_anything_runs():
     assert preset("full", uri="s3://bucket/p/").store == "both"
 
 
+def test_bench_quick_on_the_command_line_reads_the_far_store_unless_told_both():
+    from mountctl.pytorch.cli import build_parser
+
+    def store(*argv: str) -> str:
+        args = build_parser().parse_args(["bench", *argv])
+        return preset("quick" if args.quick else "full", uri="s3://bucket/p/", store=args.store).store
+
+    assert (store("--quick"), store("--quick", "--store", "both"), store()) == ("far", "both", "both")
+
+
 def test_quick_leaves_out_map_style_and_checkpoint_cells_but_suite_checkpoint_still_runs_them():
     quick, full = preset("quick", uri="s3://bucket/p/"), preset("full", uri="s3://bucket/p/")
     assert not (quick.map_cells or quick.runs_checkpoints)

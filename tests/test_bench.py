@@ -225,6 +225,26 @@ def test_the_report_puts_both_stores_side_by_side(sweep):
     assert "far = a far-store proxy before the same endpoint, 5.0 ms per request" in report
 
 
+def test_loader_and_training_figures_lead_with_the_whole_epoch(sweep):
+    """Time to the first batch, then the rate over the whole epoch; the rate after warm-up after them."""
+    _, result, paths = sweep
+    for cell in cells(result, "loader") + cells(result, "train"):
+        assert cell["first_batch_s"] > 0 and cell["epoch_samples_per_s"] > 0 and cell["samples_per_s"] > 0, cell
+    for cell in cells(result, "bytes"):
+        assert cell["startup_s"] >= 0, cell  # the readers' start, outside the bytes cell's clock
+    with open(paths["md"], encoding="utf-8") as f:
+        report = f.read()
+    section = report.split("## Stores side by side", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| loader + decode, 1 worker")
+            and "| local-disk |" in line]
+    assert [row.split(" | ")[0] for row in rows] == [
+        "| loader + decode, 1 worker: time to first batch", "| loader + decode, 1 worker: whole epoch",
+        "| loader + decode, 1 worker: after warm-up"]
+    for title in ("## Loader", "## Training"):
+        header = report.split(title, 1)[1].splitlines()[2]
+        assert header.index("first batch e1 s") < header.index("s e1 |") < header.index("after warm-up"), header
+
+
 def test_a_bench_against_the_embedded_far_profile_takes_its_proxy_as_the_far_store(local_s3):
     """`MOUNTCTL_STORE=far scripts/bench.sh`: the local store is the server behind the proxy, not a proxy of a proxy."""
     direct = local_s3.settings()

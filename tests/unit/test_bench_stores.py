@@ -39,7 +39,26 @@ def test_a_bad_store_or_far_profile_fails_before_anything_runs():
         preset("quick", uri="s3://bucket/p/", far_rate_mb_s=-5.0)
     with pytest.raises(InvalidSpec, match="far profile"):
         preset("quick", uri="s3://bucket/p/", far_latency_ms=-1.0)
-    assert preset("quick", uri="s3://bucket/p/").store == "both"
+    assert preset("quick", uri="s3://bucket/p/").store == "far"  # the quick look: the store shaped like S3
+    assert preset("quick", uri="s3://bucket/p/", store="both").store == "both"
+    assert preset("full", uri="s3://bucket/p/").store == "both"
+
+
+def test_bench_quick_on_the_command_line_reads_the_far_store_unless_told_both():
+    from mountctl.pytorch.cli import build_parser
+
+    def store(*argv: str) -> str:
+        args = build_parser().parse_args(["bench", *argv])
+        return preset("quick" if args.quick else "full", uri="s3://bucket/p/", store=args.store).store
+
+    assert (store("--quick"), store("--quick", "--store", "both"), store()) == ("far", "both", "both")
+
+
+def test_quick_leaves_out_map_style_and_checkpoint_cells_but_suite_checkpoint_still_runs_them():
+    quick, full = preset("quick", uri="s3://bucket/p/"), preset("full", uri="s3://bucket/p/")
+    assert not (quick.map_cells or quick.runs_checkpoints)
+    assert full.map_cells and full.runs_checkpoints
+    assert preset("quick", uri="s3://bucket/p/", suite="checkpoint").runs_checkpoints
 
 
 def bytes_cell(store: str, epoch: int, mb: float, ratio: float, source: str = "mountpoint/rclone") -> dict:

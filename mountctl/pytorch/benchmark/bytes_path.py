@@ -3,8 +3,10 @@
 * bytes: every shard walked once as a tar stream (each member's bytes read,
   nothing decoded) by ``readers`` DataLoader worker processes, each with a
   disjoint subset of the shards: what a loader gets when decoding is free.
-  The clock runs from the first shard opened in any reader to the last byte
-  read, so forking the readers is not counted.
+  The readers wait for each other once started, and the clock runs from
+  then to the last byte read, so forking and starting the readers (0.1-0.3 s
+  each, which made most of a small cell's time) is not counted; ``startup_s``
+  says what it was.
 * random: 64 KiB reads at the same seeded random offsets in the shards, one
   reader: ``os.pread`` through a mount, the connector's range-based reader
   (``S3ReaderConstructor.range_based(buffer_size=0)``), s3fs ``cat_file``
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import multiprocessing
 import os
 import random
 import statistics
@@ -37,6 +40,7 @@ __all__ = ["Route", "bytes_routes", "cache_note", "opened_route", "bytes_cell", 
            "NO_CACHE_OPTIONS"]
 
 READ_SIZE = 64 << 10
+BARRIER_TIMEOUT_S = 120.0  # every reader forked and started; a loaded machine takes seconds, never minutes
 LOCAL, RAW_GET = "local-disk", "raw GET"
 # The mountpoint source's options that turn its node-local cache and plan-driven read-ahead off.
 NO_CACHE_OPTIONS = {"cache": False, "read_ahead": False}
@@ -98,15 +102,19 @@ def cache_note(route: Route) -> dict[str, Any]:
 class _TarWalk(IterableDataset):
     """Yields (shard bytes, member bytes, first open, last byte) per shard of this reader's share."""
 
-    def __init__(self, source: Any, shards: list[tuple[str, int]]) -> None:
+    def __init__(self, source: Any, shards: list[tuple[str, int]], barrier: Any = None) -> None:
         super().__init__()
-        self.source, self.shards = source, shards
+        self.source, self.shards, self.barrier = source, shards, barrier
 
     def __iter__(self) -> Iterator[tuple[int, int, float, float]]:
         info = get_worker_info()
         worker, readers = (info.id, info.num_workers) if info is not None else (0, 1)
         mine = self.shards[worker::readers]
         sizes = dict(mine)
+        if self.barrier is not None:
+            # Every reader up before any reads: process start-up (a fork and its imports, 0.1-0.3 s each,
+            # one after another) is not the route's cost, and with small cells it was most of the clock.
+            self.barrier.wait(timeout=BARRIER_TIMEOUT_S)
         started = time.perf_counter()  # CLOCK_MONOTONIC: comparable between processes on Linux
         for name, stream in self.source.open_shards([name for name, _ in mine]):
             members = 0
@@ -125,16 +133,21 @@ def bytes_cell(manifest: Manifest, source: Any, *, readers: int, program_pid: in
 
     # More readers than cores is a point of the sweep, not a mistake.
     warnings.filterwarnings("ignore", message=r".*suggested max number of worker.*")
-    walk = _TarWalk(source, [(s.name, s.bytes) for s in manifest.shards])
-    loader: DataLoader[Any] = DataLoader(walk, batch_size=None, num_workers=readers, timeout=BATCH_TIMEOUT_S)
+    context = multiprocessing.get_context("fork")
+    walk = _TarWalk(source, [(s.name, s.bytes) for s in manifest.shards], context.Barrier(readers))
+    loader: DataLoader[Any] = DataLoader(walk, batch_size=None, num_workers=readers, timeout=BATCH_TIMEOUT_S,
+                                         multiprocessing_context=context)
     with ResourceMonitor(program_pid) as monitor:
+        asked = time.perf_counter()
         got = list(loader)
     total = sum(int(g[0]) for g in got)
     if total != manifest.total_bytes or len(got) != len(manifest.shards):
         raise DatasetError(f"the tar walk read {total} bytes in {len(got)} shards; the manifest says "
                            f"{manifest.total_bytes} in {len(manifest.shards)}")
-    seconds = max(float(g[3]) for g in got) - min(float(g[2]) for g in got)
+    first = min(float(g[2]) for g in got)
+    seconds = max(float(g[3]) for g in got) - first
     return {"mb_per_s": round(total / seconds / 1e6, 2), "seconds": round(seconds, 3), "readers": readers,
+            "startup_s": round(first - asked, 3),  # readers forked and ready: outside the clock
             "member_bytes": sum(int(g[1]) for g in got), **monitor.usage.to_dict()}
 
 

@@ -3,7 +3,8 @@
 Loader cells read and decode through ``ShardDataset`` (the training data path,
 no model); training cells go through ``trainer.train`` itself; the ceiling
 cell trains the same model on batches that already sit on the accelerator.
-Rates leave the warm-up batches out (``rates.rate_after_warmup``).
+Each epoch's figures lead with the whole epoch (time to the first batch, then samples/s over the
+epoch); the rate after warm-up follows (``rates.epoch_figures``).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from mountctl import S3Settings
 from mountctl.pytorch.benchmark.monitor import ResourceMonitor
 from mountctl.pytorch.data.dataset import BATCH_TIMEOUT_S  # a wedged source fails the cell, never hangs it
 from mountctl.pytorch.data.manifest import Manifest
-from mountctl.pytorch.training.rates import rate_after_warmup
+from mountctl.pytorch.training.rates import epoch_figures
 
 __all__ = ["loader_cell", "first_sample_cell", "train_cell", "ceiling_cell", "BATCH_TIMEOUT_S"]
 
@@ -48,17 +49,13 @@ def loader_cell(manifest: Manifest, source: Any, *, num_workers: int, batch_size
         for batch in loader:
             marks.append(time.perf_counter())
             sizes.append(len(batch["index"]))
-    rate = rate_after_warmup(marks, sizes, warmup_batches)
     if sum(sizes) != manifest.num_images:
         from mountctl.pytorch.errors import DatasetError
 
         raise DatasetError(f"the loader delivered {sum(sizes)} samples of {manifest.num_images}")
-    samples_per_s = rate.images_per_s or 0.0
-    whole = sum(sizes) / (marks[-1] - marks[0])  # worker start-up and first reads included
-    return {"samples_per_s": samples_per_s, "mb_per_s": round(samples_per_s * _per_sample_mb(manifest), 2),
-            "epoch_samples_per_s": round(whole, 2), "images": sum(sizes), "batches": len(sizes),
-            "warmup_batches": rate.warmup_batches, "shuffle_buffer": shuffle_buffer,
-            **monitor.usage.to_dict()}
+    # Whole epoch first (worker start-up and first reads included), then after warm-up.
+    return {**epoch_figures(marks, sizes, warmup_batches, mb_per_sample=_per_sample_mb(manifest)),
+            "shuffle_buffer": shuffle_buffer, **monitor.usage.to_dict()}
 
 
 def first_sample_cell(manifest: Manifest, source: Any) -> dict[str, Any]:
@@ -103,7 +100,9 @@ def train_cell(uri: str, settings: S3Settings, *, kind: str, backend: str, batch
     with ResourceMonitor(program_pid) as monitor:
         summary = train(config, settings=settings, out=io.StringIO())
     # CPU is for the whole run: the monitor cannot tell Lightning's epochs apart.
-    return [{"epoch": number, "samples_per_s": epoch["images_per_s"] or 0.0, "images": epoch["images"],
+    return [{"epoch": number, "first_batch_s": epoch["first_batch_s"],
+             "epoch_samples_per_s": epoch["epoch_images_per_s"] or 0.0,
+             "samples_per_s": epoch["images_per_s"] or 0.0, "images": epoch["images"],
              "batches": epoch["batches"], "warmup_batches": epoch["warmup_batches"],
              "data_wait_fraction": summary["data_wait"][number - 1]["data_wait_fraction"],
              "precision": summary["precision"], "decode": summary["decode"], "device": summary["accelerator"],
@@ -139,6 +138,7 @@ def ceiling_cell(manifest: Manifest, *, batch_size: int, steps: int, warmup_step
     with ResourceMonitor() as monitor:
         trainer.fit(model, train_dataloaders=loader)
     epoch = throughput.epochs[0]
-    return {"samples_per_s": epoch["images_per_s"] or 0.0, "images": epoch["images"], "batches": epoch["batches"],
+    return {"first_batch_s": epoch["first_batch_s"], "epoch_samples_per_s": epoch["epoch_images_per_s"] or 0.0,
+            "samples_per_s": epoch["images_per_s"] or 0.0, "images": epoch["images"], "batches": epoch["batches"],
             "warmup_batches": epoch["warmup_batches"], "precision": precision, "device": device.type,
             **monitor.usage.to_dict()}

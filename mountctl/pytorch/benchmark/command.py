@@ -38,7 +38,7 @@ def add_bench_arguments(bench: argparse.ArgumentParser) -> None:
                        help="s3://bucket/prefix/: the sweep makes (or reuses) its datasets under it "
                        f"(default: {DEFAULT_URI} on the embedded local S3, started if it is not running); "
                        "with --source-kind, a dataset written by `make`")
-    bench.add_argument("--quick", action="store_true", help="a reduced sweep: one dataset, 2 workers (both stores)")
+    bench.add_argument("--quick", action="store_true", help="a first look: one dataset, 2 workers, the far store")
     bench.add_argument("--preset", choices=list(PRESETS), default=None, help="sweep preset (--quick = quick)")
     bench.add_argument("--num-workers", type=_counts, default=None, help="worker counts, e.g. 1,2,4")
     bench.add_argument("--shard-sizes", type=_words, default=None, help="e.g. 16MB,100MB")
@@ -70,10 +70,10 @@ def add_bench_arguments(bench: argparse.ArgumentParser) -> None:
                        help="--suite node: size of each of its 64 objects, MiB (default 16)")
     bench.add_argument("--node-memory-mb", type=int, default=512,
                        help="--suite node: the mount's memory bound, MiB (default 512)")
-    bench.add_argument("--store", choices=STORE_CHOICES, default="both",
+    bench.add_argument("--store", choices=STORE_CHOICES, default=None,
                        help="local: the endpoint itself; far: the same bucket through a far-store proxy (S3's "
-                       "latency and per-connection rate); both (default): every cell in each. An endpoint that is "
-                       "not on this machine is recorded as store \"remote\" and no proxy is started")
+                       "latency and per-connection rate); both (default; --quick: far): every cell in each. An "
+                       "endpoint that is not on this machine is recorded as store \"remote\" and no proxy is started")
     bench.add_argument("--far-latency-ms", type=float, default=None,
                        help="far store: delay added to each request (default: the proxy's profile)")
     bench.add_argument("--far-rate-mb-s", type=float, default=None,

@@ -45,7 +45,7 @@ class BenchConfig:
 
 def bench_loader(config: BenchConfig, *, settings: S3Settings | None = None) -> dict[str, Any]:
     from mountctl.pytorch.data.dataset import BATCH_TIMEOUT_S, EpochLoader, ShardDataset
-    from mountctl.pytorch.training.rates import rate_after_warmup
+    from mountctl.pytorch.training.rates import rate_after_warmup, whole_epoch
 
     settings = settings or resolve()
     manifest = load_manifest(settings, config.uri)
@@ -64,10 +64,11 @@ def bench_loader(config: BenchConfig, *, settings: S3Settings | None = None) -> 
                 marks.append(time.perf_counter())
                 sizes.append(len(batch["index"]))
                 seen.update(batch["index"])
-            rate = rate_after_warmup(marks, sizes, config.warmup_batches)
+            whole, rate = whole_epoch(marks, sizes), rate_after_warmup(marks, sizes, config.warmup_batches)
             epochs.append({"epoch": epoch, "batches": len(sizes), "images": sum(sizes), "distinct_images": len(seen),
-                           "warmup_batches": rate.warmup_batches, "seconds": round(marks[-1] - marks[0], 3),
-                           "images_per_s": rate.images_per_s})
+                           "first_batch_s": whole.first_batch_s, "seconds": round(whole.seconds, 3),
+                           "epoch_images_per_s": whole.images_per_s,
+                           "warmup_batches": rate.warmup_batches, "images_per_s": rate.images_per_s})
         if manifest.layout == "files":  # one object per sample: the map-style loader, read-ahead on
             from mountctl.pytorch.benchmark.map_cells import READAHEAD_THREADS, map_loader_cell
 
@@ -77,6 +78,8 @@ def bench_loader(config: BenchConfig, *, settings: S3Settings | None = None) -> 
                                        images=manifest.num_images, readahead_threads=READAHEAD_THREADS,
                                        seed=config.seed + epoch)
                 epochs.append({"epoch": epoch, "batches": cell["batches"], "images": cell["images"],
+                               "first_batch_s": cell["first_batch_s"], "seconds": cell["seconds"],
+                               "epoch_images_per_s": cell["epoch_samples_per_s"],
                                "warmup_batches": cell["warmup_batches"], "images_per_s": cell["samples_per_s"]})
         described = source.describe()
     return {"uri": config.uri, "source_kind": config.source_kind, "source": described,

@@ -26,7 +26,7 @@ from mountctl import MountctlError, S3Settings, parse_s3_uri, s3
 from mountctl.pytorch.benchmark.monitor import ResourceMonitor
 from mountctl.pytorch.data.dataset import BATCH_TIMEOUT_S
 from mountctl.pytorch.data.manifest import Manifest, load_manifest
-from mountctl.pytorch.training.rates import rate_after_warmup
+from mountctl.pytorch.training.rates import epoch_figures
 
 __all__ = ["map_cells", "map_cell_count", "add_map_ratios", "map_markdown", "READAHEAD_THREADS"]
 
@@ -109,12 +109,8 @@ def map_loader_cell(manifest: Manifest, source: Any, uri: str, *, num_workers: i
             sizes.append(len(batch["index"]))
     if sum(sizes) != len(order):
         raise DatasetError(f"the map-style loader delivered {sum(sizes)} samples of {len(order)}")
-    rate = rate_after_warmup(marks, sizes, warmup_batches)
     per_sample_mb = manifest.total_bytes / manifest.num_images / 1e6
-    samples_per_s = rate.images_per_s or 0.0
-    return {"samples_per_s": samples_per_s, "mb_per_s": round(samples_per_s * per_sample_mb, 2),
-            "images": sum(sizes), "batches": len(sizes), "warmup_batches": rate.warmup_batches,
-            **monitor.usage.to_dict()}
+    return {**epoch_figures(marks, sizes, warmup_batches, mb_per_sample=per_sample_mb), **monitor.usage.to_dict()}
 
 
 def map_cells(run: Any, shard_manifest: Manifest, shard_uri: str, shard_dataset: str, local_shards: Any,
@@ -169,7 +165,8 @@ def add_map_ratios(cells: list[dict[str, Any]]) -> None:
             continue
         local = find(cell="map", layout=row["layout"], source=LOCAL, num_workers=row["num_workers"],
                      readahead_threads=0, store=row.get("store"))
-        row["ratio_to_local_disk"] = round(row["samples_per_s"] / local["samples_per_s"], 3) if local else None
+        whole = "epoch_samples_per_s"  # whole epoch first
+        row["ratio_to_local_disk"] = round(row[whole] / local[whole], 3) if local and local.get(whole) else None
         if row["layout"] == "shards-random":
             sequential = find(cell="loader", source=row["source"], dataset=row["dataset"],
                               num_workers=row["num_workers"], store=row.get("store"))
@@ -179,12 +176,14 @@ def add_map_ratios(cells: list[dict[str, Any]]) -> None:
 
 def map_markdown(cells: list[dict[str, Any]], table: Callable[[list[str], list[list[Any]]], str]) -> str:
     rows = [[c.get("store"), c["layout"], c["num_workers"], c["source"], c["readahead_threads"],
-             c.get("samples_per_s"), c.get("mb_per_s"), c.get("ratio_to_local_disk"), c.get("ratio_to_sequential"),
+             c.get("first_batch_s"), c.get("epoch_samples_per_s"), c.get("samples_per_s"), c.get("mb_per_s"),
+             c.get("ratio_to_local_disk"), c.get("ratio_to_sequential"),
              c.get("loader_cpu_pct"), c.get("program_cpu_pct"), c.get("program_peak_rss_mb")] if c["status"] == "ok"
             else [c.get("store"), c["layout"], c["num_workers"], c["source"], c["readahead_threads"], c["status"]]
-            + [""] * 6 for c in cells if c["cell"] == "map"]
+            + [""] * 8 for c in cells if c["cell"] == "map"]
     if not rows:
         return ""
     return ("## Map-style: one object (files) or one shard range (shards-random) per sample\n\n" + table(
-        ["store", "layout", "workers", "source", "read-ahead threads", "samples/s", "MB/s", "x local disk",
-         "x sequential", "loader CPU %", "program CPU %", "program peak RSS MB"], rows))
+        ["store", "layout", "workers", "source", "read-ahead threads", "first batch s", "samples/s whole epoch",
+         "samples/s after warm-up", "MB/s after warm-up", "x local disk (whole epoch)", "x sequential",
+         "loader CPU %", "program CPU %", "program peak RSS MB"], rows))

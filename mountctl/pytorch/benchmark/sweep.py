@@ -16,6 +16,7 @@ import contextlib
 import functools
 import os
 import shutil
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -30,7 +31,7 @@ from mountctl.pytorch.benchmark.checkpoint_cells import (
     checkpoint_cell_count,
     run_checkpoint_cells,
 )
-from mountctl.pytorch.benchmark.config import DatasetSpec, SweepConfig
+from mountctl.pytorch.benchmark.config import QUICK_EXPECTED, DatasetSpec, SweepConfig
 from mountctl.pytorch.benchmark.facts import machine_facts, versions
 from mountctl.pytorch.benchmark.limits import LocalDiskSource, copy_shards, raw_get
 from mountctl.pytorch.benchmark.map_cells import add_map_ratios, map_cell_count, map_cells
@@ -216,6 +217,10 @@ def _train_cells(run: _Run, manifest: Manifest, uri: str) -> None:
         run.epochs({"cell": "train", "source": label, "kind": kind, "backend": backend, **base}, measure)
 
 
+def _ratio(row: dict[str, Any], limit: dict[str, Any] | None, field: str) -> float | None:
+    return round(row[field] / limit[field], 3) if limit and limit.get(field) else None
+
+
 def _add_ratios(cells: list[dict[str, Any]]) -> None:
     """Each cell against the limit measured in the same run: same dataset, same worker count."""
     def find(cell: str, **match: Any) -> dict[str, Any] | None:
@@ -230,8 +235,10 @@ def _add_ratios(cells: list[dict[str, Any]]) -> None:
             local = find("loader", source=LOCAL, dataset=row["dataset"], num_workers=row["num_workers"],
                          epoch=row["epoch"], store=store)
             get = find("raw-get", dataset=row["dataset"], store=store)
-            row["ratio_to_local_disk"] = round(row["samples_per_s"] / local["samples_per_s"], 3) if local else None
-            row["ratio_to_raw_get"] = round(row["mb_per_s"] / get["mb_per_s"], 3) if get else None
+            # Whole epoch first: the ratios that lead; after warm-up beside them.
+            row["ratio_to_local_disk"] = _ratio(row, local, "epoch_samples_per_s")
+            row["ratio_to_local_disk_after_warmup"] = _ratio(row, local, "samples_per_s")
+            row["ratio_to_raw_get"] = round(row["epoch_mb_per_s"] / get["mb_per_s"], 3) if get else None
         elif row["cell"] == "bytes":
             get = find("raw-get", dataset=row["dataset"], store=store)
             row["ratio_to_raw_get"] = round(row["mb_per_s"] / get["mb_per_s"], 3) if get else None
@@ -240,7 +247,8 @@ def _add_ratios(cells: list[dict[str, Any]]) -> None:
             row["ratio_to_s3io_range"] = round(row["mb_per_s"] / ranged["mb_per_s"], 3) if ranged else None
         elif row["cell"] == "train":
             ceiling = find("ceiling", store=store)  # synthetic batches already on the device: the same in every epoch
-            row["ratio_to_ceiling"] = round(row["samples_per_s"] / ceiling["samples_per_s"], 3) if ceiling else None
+            row["ratio_to_ceiling"] = _ratio(row, ceiling, "epoch_samples_per_s")
+            row["ratio_to_ceiling_after_warmup"] = _ratio(row, ceiling, "samples_per_s")
 
 
 def _store_cells(run: _Run, manifests: list[tuple[DatasetSpec, Manifest]], train_manifest: Manifest | None,
@@ -249,7 +257,7 @@ def _store_cells(run: _Run, manifests: list[tuple[DatasetSpec, Manifest]], train
     config = run.config
     for spec, manifest in manifests:
         _dataset_cells(run, spec, manifest, scratch)
-    if manifests:  # map-style cells: the files layout, and random access into the first dataset
+    if manifests and config.map_cells:  # map-style cells: the files layout, and random access into the first dataset
         first, first_manifest = manifests[0]
         map_cells(run, first_manifest, first.uri(config.uri), first.label,
                   LocalDiskSource(f"{scratch}/{first.label}"), source_plan(config), scratch)
@@ -260,7 +268,8 @@ def _store_cells(run: _Run, manifests: list[tuple[DatasetSpec, Manifest]], train
     elif train_manifest is not None:
         _train_cells(run, train_manifest, config.train_dataset.uri(config.uri))
         peer_train_cells(run, train_manifest, config.train_dataset.uri(config.uri), run.peer_train)
-    run_checkpoint_cells(run, config.uri, f"{scratch}/checkpoints", CELL_ERRORS)
+    if config.runs_checkpoints:
+        run_checkpoint_cells(run, config.uri, f"{scratch}/checkpoints", CELL_ERRORS)
 
 
 def run_sweep(config: SweepConfig, *, settings: S3Settings | None = None) -> dict[str, Any]:
@@ -292,9 +301,13 @@ def run_sweep(config: SweepConfig, *, settings: S3Settings | None = None) -> dic
     per_dataset = 1 + ((sources + 1) * (1 + len(config.num_workers) * len(EPOCHS)) if config.loader_cells else 0)
     per_dataset += routes * (len(config.bytes_readers) * len(EPOCHS) + 1) if config.bytes_cells else 0
     total = len(manifests) * per_dataset + ((1 + sources * len(EPOCHS)) if train_manifest is not None else 0)
-    total += map_cell_count(config, sources) if manifests else 0
-    total += checkpoint_cell_count(config)
+    total += map_cell_count(config, sources) if manifests and config.map_cells else 0
+    total += checkpoint_cell_count(config) if config.runs_checkpoints else 0
     total += peer_cell_count(config, len(manifests), bool(peer_train))
+    if config.progress:  # as setup does: what the wait will be, before it starts
+        expected = f"; expect {QUICK_EXPECTED}" if config.quick and config.store == "far" else ""
+        print(f"bench: {total * len(stores)} cells through the {' and '.join(stores)} store{'s' * (len(stores) > 1)}"
+              f"{expected}", file=sys.stderr, flush=True)
     scratch = tempfile.mkdtemp(prefix="mountctl-bench-")
     with tqdm(total=total * len(stores), unit="cell", desc="bench", disable=not config.progress) as bar:
         run = _Run(config, settings, bar)

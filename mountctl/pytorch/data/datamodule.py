@@ -16,6 +16,7 @@ import torch
 from mountctl.pytorch.data.dataset import BATCH_TIMEOUT_S, EpochLoader, ShardDataset, check_same_order
 from mountctl.pytorch.data.device_decode import transfer_encoded_batch
 from mountctl.pytorch.data.manifest import Manifest
+from mountctl.pytorch.data.persistent import EpochFollower, shut_down_workers
 from mountctl.pytorch.data.plan import Span, consumed_after
 from mountctl.pytorch.errors import CheckpointError
 from mountctl.pytorch.notices import resume_is_exact
@@ -91,18 +92,37 @@ class ShardDataModule(_PositionedDataModule):
         self.pin_memory = pin_memory
         self.decode = decode  # "gpu": batches arrive as JPEG bytes and are decoded on the device
         self._order_workers = num_workers
+        self._loader: EpochLoader | None = None  # the epochs' loader with persistent workers
+        self._loader_walker: ShardDataset | None = None  # its dataset (in the parent)
 
     def train_dataloader(self) -> EpochLoader:
+        """One loader whose workers persist over the epochs; a resumed epoch's loader has workers of its own.
+
+        Forking workers every epoch cost a fixed start per epoch (docs/benchmarks-guide.md); the
+        epoch reaches persistent workers through ``EpochFollower``, a resume position cannot.
+        """
         trainer = self.trainer
         assert trainer is not None, "train_dataloader() is called by a Trainer"
+        if self._loader is not None and self._resume is None:
+            self._walker = self._loader_walker
+            return self._loader
         dataset = ShardDataset(self.manifest, self.source, batch_size=self.batch_size, seed=self.seed,
                                rank=trainer.global_rank, world_size=trainer.world_size,
                                shuffle_buffer=self.shuffle_buffer, decode=self.decode)
         self._resume_walker(dataset)
-        extra: dict[str, Any] = {"prefetch_factor": 2, "timeout": BATCH_TIMEOUT_S} if self.num_workers > 0 else {}
-        # Workers are not persistent: each epoch's workers must start from that epoch's plan.
-        return EpochLoader(dataset, epoch_fn=self._begin_epoch, num_workers=self.num_workers,
-                           pin_memory=self.pin_memory, persistent_workers=False, **extra)
+        if self.num_workers == 0 or dataset.consumed:  # no workers to keep, or this epoch's alone
+            extra: dict[str, Any] = {"prefetch_factor": 2, "timeout": BATCH_TIMEOUT_S} if self.num_workers else {}
+            return EpochLoader(dataset, epoch_fn=self._begin_epoch, num_workers=self.num_workers,
+                               pin_memory=self.pin_memory, **extra)
+        self._loader = EpochLoader(EpochFollower(dataset), epoch_fn=self._begin_epoch, num_workers=self.num_workers,
+                                   pin_memory=self.pin_memory, persistent_workers=True, prefetch_factor=2,
+                                   timeout=BATCH_TIMEOUT_S)
+        self._loader_walker = dataset
+        return self._loader
+
+    def teardown(self, stage: str) -> None:
+        shut_down_workers(self._loader)  # before the source (a mount) is released
+        self._loader = None
 
     def transfer_batch_to_device(self, batch: Any, device: torch.device, dataloader_idx: int) -> Any:
         if isinstance(batch, dict) and "jpegs" in batch:

@@ -32,6 +32,7 @@ from mountctl.pytorch.data.plan import (
     steps_per_epoch,
 )
 from mountctl.pytorch.data.shards import RawSample, batched, decode, read_shard, reordered
+from mountctl.pytorch.data.worker_imports import import_worker_modules
 from mountctl.pytorch.errors import CheckpointError
 
 __all__ = ["ShardDataset", "EpochLoader", "check_same_order", "BATCH_TIMEOUT_S"]
@@ -199,6 +200,7 @@ class EpochLoader(DataLoader):
         return _StartOnFirstBatch(self)
 
     def _start(self) -> Iterator[Any]:
+        import_worker_modules()  # before the workers fork: each inherits them instead of importing them
         holder = self.batch_sampler if hasattr(self.batch_sampler, "set_epoch") else self.dataset
         holder.set_epoch(int(self._epoch_fn()))  # type: ignore[union-attr]
         return super().__iter__()

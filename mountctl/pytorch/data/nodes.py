@@ -23,6 +23,8 @@ from torchdata.nodes import BaseNode  # type: ignore[import-untyped]  # torchdat
 
 from mountctl.pytorch.data.dataset import BATCH_TIMEOUT_S, ShardDataset
 from mountctl.pytorch.data.manifest import Manifest
+from mountctl.pytorch.data.persistent import EpochFollower, shut_down_workers
+from mountctl.pytorch.data.worker_imports import import_worker_modules
 
 __all__ = ["ShardBatchNode"]
 
@@ -49,10 +51,11 @@ class ShardBatchNode(BaseNode[dict[str, Any]]):
         self._started = False  # a batch of the current epoch was asked for: the next plain reset moves on
         self._exhausted = False
         self._complete: dict[str, Any] | None = None  # a restored state whose epoch had ended: it stays the state
+        self._persistent: DataLoader[Any] | None = None  # the epochs' loader, its workers kept between them
 
     def reset(self, initial_state: dict[str, Any] | None = None) -> None:
         super().reset(initial_state)
-        self._batches = None  # the old iterator's workers shut down when it is collected
+        self._batches = None  # a persistent loader's next iter() winds its workers back; others shut down
         self._steps = 0
         self._complete = None
         if initial_state is not None:
@@ -70,9 +73,7 @@ class ShardBatchNode(BaseNode[dict[str, Any]]):
             raise StopIteration
         self._started = True
         if self._batches is None:
-            extra: dict[str, Any] = {"prefetch_factor": 2, "timeout": self.timeout} if self.num_workers else {}
-            self._batches = iter(DataLoader(self.dataset, batch_size=None, num_workers=self.num_workers,
-                                            persistent_workers=False, **extra))
+            self._batches = iter(self._loader())
         try:
             batch = next(self._batches)
         except StopIteration:
@@ -80,6 +81,26 @@ class ShardBatchNode(BaseNode[dict[str, Any]]):
             raise
         self._steps += 1
         return batch
+
+    def _loader(self) -> DataLoader[Any]:
+        """Workers that persist over the epochs; a resumed epoch (``consumed``) gets workers of its own."""
+        if self.num_workers == 0:
+            return DataLoader(self.dataset, batch_size=None)
+        import_worker_modules()  # before the workers fork
+        if self.dataset.consumed:
+            return DataLoader(self.dataset, batch_size=None, num_workers=self.num_workers, prefetch_factor=2,
+                              timeout=self.timeout)
+        if self._persistent is None:
+            self._persistent = DataLoader(EpochFollower(self.dataset), batch_size=None, num_workers=self.num_workers,
+                                          prefetch_factor=2, timeout=self.timeout, persistent_workers=True)
+        self._persistent.dataset.set_epoch(self.dataset.epoch)  # type: ignore[attr-defined]  # an EpochFollower
+        return self._persistent
+
+    def close(self) -> None:
+        """Stop the persistent workers now (they also stop with this process); the next batch starts new ones."""
+        self._batches = None
+        shut_down_workers(self._persistent)
+        self._persistent = None
 
     def get_state(self) -> dict[str, Any]:
         if self._complete is not None:

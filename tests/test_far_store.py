@@ -173,7 +173,7 @@ def test_cli_far_profile_points_env_at_the_proxy_and_stop_ends_both(tmp_path):
         started = run("local-s3", "start", "--profile", "far", "--latency-ms", "25", "--rate-mb-s", "80")
         assert started.returncode == 0, started.stderr
         status = json.loads(run("local-s3", "status", "--json").stdout)
-        assert status["profile"] == "far" and status["far"] == {"latency_ms": 25.0, "rate_mb_s": 80.0}
+        assert status["profile"] == "far" and status["far"] == {"latency_ms": 25.0, "rate_mb_s": 80.0, "slowdown_pct": 0.0}
         assert status["endpoint"] != status["server_endpoint"]
         exports = run("local-s3", "env").stdout
         assert f"AWS_ENDPOINT_URL={status['endpoint']}" in exports

@@ -208,7 +208,10 @@ class S3Settings:
         """Keyword arguments for ``s3fs.S3FileSystem`` (fsspec)."""
         options: dict[str, Any] = {
             "client_kwargs": {"region_name": self.region},
-            "config_kwargs": {"s3": {"addressing_style": "path" if self.path_style else "auto"}},
+            # A throttling store (503 SlowDown; to a HEAD, a bare 503) is retried with botocore's backoff
+            # and jitter: its default of 5 attempts failed reads at 30 % SlowDown (tests/test_throttling.py).
+            "config_kwargs": {"s3": {"addressing_style": "path" if self.path_style else "auto"},
+                              "retries": {"max_attempts": FSSPEC_MAX_ATTEMPTS, "mode": "standard"}},
         }
         if self.endpoint_url:
             options["endpoint_url"] = self.endpoint_url
@@ -336,6 +339,8 @@ def _from_botocore(profile: str | None, *, skip_environment: bool = False
 
 _clients: dict[tuple[Any, ...], Any] = {}
 _clients_lock = threading.Lock()
+# Attempts per request for s3fs (Python), whose aiobotocore client mountctl's throttle hook does not reach.
+FSSPEC_MAX_ATTEMPTS = 12
 
 
 def client(settings: S3Settings, *, connect_timeout: float = 5, read_timeout: float = 60, retries: int = 3,

@@ -20,6 +20,13 @@ import pytest
 
 ON_CI = os.environ.get("CI", "").lower() == "true"
 
+# Under pytest-xdist (scripts/test.sh runs the end-to-end layer in parallel) each worker is a session of its
+# own, with a private temporary directory: checks that nothing was left in the temp dir then see only their own
+# worker's files, as they would in a serial run.  weed's gRPC sockets stay in /tmp (its paths are fixed).
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+_WORKER_TMP = tempfile.mkdtemp(prefix=f"mctl-{_WORKER}-") if _WORKER else ""
+if _WORKER_TMP:
+    os.environ["TMPDIR"] = tempfile.tempdir = _WORKER_TMP
 # Every test session gets a private MOUNTCTL_HOME so that it never touches the user's.
 _SESSION_HOME = tempfile.mkdtemp(prefix="mountctl-test-home-")
 os.environ["MOUNTCTL_HOME"] = _SESSION_HOME
@@ -99,6 +106,9 @@ def server_files_in_tmp(pid: int, ports: list[int], tmp_dir: str = "/tmp") -> li
 
 def pytest_sessionfinish(session, exitstatus):
     shutil.rmtree(_SESSION_HOME, ignore_errors=True)
+    # Never remove through a mount a test left behind: its files are a bucket's objects.
+    if _WORKER_TMP and not [e for e in read_mount_table() if e.mount_point.startswith(_WORKER_TMP)]:
+        shutil.rmtree(_WORKER_TMP, ignore_errors=True)
 
 
 @pytest.fixture
@@ -185,6 +195,11 @@ def mount_root(tmp_path):
     before = {p.pid for p in mount_programs(_SESSION_HOME, str(tmp_path))}
     had_fusectl = _fusectl_mounted()
     yield root
+    # Under pytest-xdist another worker's mountctl may hold the control filesystem for a moment (it mounts
+    # it to abort a wedged connection, then unmounts it): a bounded wait tells that from a leak.
+    deadline = time.monotonic() + (10 if os.environ.get("PYTEST_XDIST_WORKER") else 0)
+    while _fusectl_mounted() != had_fusectl and time.monotonic() < deadline:
+        time.sleep(0.2)
     assert _fusectl_mounted() == had_fusectl, "the FUSE control filesystem mountctl mounted was left behind"
     leftover_mounts = fuse_mounts_under(str(tmp_path))
 
@@ -255,3 +270,17 @@ def sweep(local_s3, tmp_path_factory):
         result["test_children_left"] = new_children(children)
         paths = write_report(result, config.out)
     return config, result, paths
+
+
+# The end-to-end files that take longest, longest first (CI logs' --durations).  Under pytest-xdist each file
+# runs whole on one worker (--dist loadfile keeps its module fixtures to one start), in collection order: the
+# long ones start first so that none of them is left running alone at the end.
+_LONGEST_FIRST = ("test_own_data.py", "test_resume.py", "test_bench.py", "test_settings_routes.py",
+                  "test_own_data_examples.py", "test_own_data_features.py", "test_slurm.py", "test_examples.py",
+                  "test_peers.py", "test_key_rotation.py", "test_examples_fallback.py", "test_faults_training.py",
+                  "test_checkpoints.py", "test_throttling.py", "test_s3_outage.py", "test_mlperf.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {name: i for i, name in enumerate(_LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: a file's own order stays

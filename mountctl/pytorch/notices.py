@@ -42,6 +42,10 @@ def quiet_known_notices() -> None:
     warnings.filterwarnings("ignore", message=r".*IterableDataset.*has `__len__` defined.*")
     warnings.filterwarnings("ignore", message=r".*does not have many workers.*")
     warnings.filterwarnings("ignore", message=r".*`use_distributed_sampler`.*")
+    # Lightning warns whenever `srun` is on PATH and this process was not started by it: on a node with SLURM
+    # installed, every bench cell and every single-process run printed it once per Trainer.  A job meant for
+    # SLURM is launched as docs/slurm.md says, and then Lightning's SLURMEnvironment is used and no hint is due.
+    warnings.filterwarnings("ignore", message=r"The `srun` command is available on your system but is not used")
 
 
 def resume_is_exact() -> None:

@@ -20,7 +20,7 @@ import tempfile
 
 import mountctl
 from mountctl.pytorch.data.indexer import IndexConfig, index_data
-from mountctl.pytorch.fallback import EXAMPLE_BUCKET
+from mountctl.pytorch.fallback import EXAMPLE_BUCKET, write_unless_present
 from mountctl.pytorch.training.trainer import TrainConfig, train
 
 
@@ -42,10 +42,7 @@ def write_shards_with_shardwriter(uri: str) -> None:
 
 
 def main(uri: str) -> None:
-    location = mountctl.parse_s3_uri(uri)
-    listed = mountctl.s3.client(mountctl.resolve()).list_objects_v2(Bucket=location.bucket, Prefix=location.prefix)
-    if not any(item["Key"].endswith(".tar") for item in listed.get("Contents", [])):
-        write_shards_with_shardwriter(uri)
+    write_unless_present(uri, lambda key: key.endswith(".tar"), write_shards_with_shardwriter)
     indexed = index_data(IndexConfig(uri=uri), mountctl.resolve(), progress=None)
     summary = train(TrainConfig(uri=uri, source_kind="s3io", arch="resnet18", batch_size=16, max_epochs=1,
                                 num_workers=2, accelerator="cpu", precision="32-true", progress=False),

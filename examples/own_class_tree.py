@@ -22,7 +22,7 @@ import subprocess
 import sys
 
 import mountctl
-from mountctl.pytorch.fallback import EXAMPLE_BUCKET, write_unless_present
+from mountctl.pytorch.fallback import run_with_uri, write_unless_present
 
 RESNET_PY = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "resnet.py")
 
@@ -62,8 +62,4 @@ def main(uri: str) -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) > 2:
-        sys.exit(__doc__)
-    with mountctl.uri_or_embedded(sys.argv[1] if len(sys.argv) == 2 else None,
-                                  f"s3://{EXAMPLE_BUCKET}/examples/own-class-tree/") as chosen:
-        main(chosen)
+    run_with_uri(main, "examples/own-class-tree/", __doc__)

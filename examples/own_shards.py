@@ -15,12 +15,11 @@ from the environment (for the embedded local S3: eval "$(mountctl local-s3 env)"
 import io
 import json
 import os
-import sys
 import tempfile
 
 import mountctl
 from mountctl.pytorch.data.indexer import IndexConfig, index_data
-from mountctl.pytorch.fallback import EXAMPLE_BUCKET, write_unless_present
+from mountctl.pytorch.fallback import run_with_uri, write_unless_present
 from mountctl.pytorch.training.trainer import TrainConfig, train
 
 
@@ -53,8 +52,4 @@ def main(uri: str) -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) > 2:
-        sys.exit(__doc__)
-    with mountctl.uri_or_embedded(sys.argv[1] if len(sys.argv) == 2 else None,
-                                  f"s3://{EXAMPLE_BUCKET}/examples/own-shards/") as chosen:
-        main(chosen)
+    run_with_uri(main, "examples/own-shards/", __doc__)

@@ -22,7 +22,7 @@ import subprocess
 import sys
 
 import mountctl
-from mountctl.pytorch.fallback import EXAMPLE_BUCKET
+from mountctl.pytorch.fallback import run_with_uri, write_unless_present
 
 RESNET_PY = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "resnet.py")
 
@@ -52,11 +52,7 @@ def resnet_py(*argv: str) -> dict:
 
 
 def main(uri: str) -> None:
-    location = mountctl.parse_s3_uri(uri)
-    listed = mountctl.s3.client(mountctl.resolve()).list_objects_v2(Bucket=location.bucket, Prefix=location.prefix,
-                                                                     MaxKeys=1)
-    if not listed.get("KeyCount"):
-        upload_class_tree(uri)
+    write_unless_present(uri, lambda key: True, upload_class_tree)  # anything there: the user's tree
     indexed = resnet_py("index", uri, "--no-progress")
     trained = resnet_py("train", uri, "--source-kind", "s3io", "--arch", "resnet18", "--batch-size", "16",
                         "--max-epochs", "1", "--num-workers", "2", "--accelerator", "cpu", "--precision", "32",
@@ -66,8 +62,4 @@ def main(uri: str) -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) > 2:
-        sys.exit(__doc__)
-    with mountctl.uri_or_embedded(sys.argv[1] if len(sys.argv) == 2 else None,
-                                  f"s3://{EXAMPLE_BUCKET}/examples/own-class-tree/") as chosen:
-        main(chosen)
+    run_with_uri(main, "examples/own-class-tree/", __doc__)

@@ -15,12 +15,11 @@ from the environment (for the embedded local S3: eval "$(mountctl local-s3 env)"
 import io
 import json
 import os
-import sys
 import tempfile
 
 import mountctl
 from mountctl.pytorch.data.indexer import IndexConfig, index_data
-from mountctl.pytorch.fallback import EXAMPLE_BUCKET
+from mountctl.pytorch.fallback import run_with_uri, write_unless_present
 from mountctl.pytorch.training.trainer import TrainConfig, train
 
 
@@ -42,10 +41,7 @@ def write_shards_with_shardwriter(uri: str) -> None:
 
 
 def main(uri: str) -> None:
-    location = mountctl.parse_s3_uri(uri)
-    listed = mountctl.s3.client(mountctl.resolve()).list_objects_v2(Bucket=location.bucket, Prefix=location.prefix)
-    if not any(item["Key"].endswith(".tar") for item in listed.get("Contents", [])):
-        write_shards_with_shardwriter(uri)
+    write_unless_present(uri, lambda key: key.endswith(".tar"), write_shards_with_shardwriter)
     indexed = index_data(IndexConfig(uri=uri), mountctl.resolve(), progress=None)
     summary = train(TrainConfig(uri=uri, source_kind="s3io", arch="resnet18", batch_size=16, max_epochs=1,
                                 num_workers=2, accelerator="cpu", precision="32-true", progress=False),
@@ -56,8 +52,4 @@ def main(uri: str) -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) > 2:
-        sys.exit(__doc__)
-    with mountctl.uri_or_embedded(sys.argv[1] if len(sys.argv) == 2 else None,
-                                  f"s3://{EXAMPLE_BUCKET}/examples/own-shards/") as chosen:
-        main(chosen)
+    run_with_uri(main, "examples/own-shards/", __doc__)

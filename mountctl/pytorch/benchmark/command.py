@@ -37,7 +37,8 @@ def add_bench_arguments(bench: argparse.ArgumentParser) -> None:
     bench.add_argument("uri", nargs="?", default=None,
                        help="s3://bucket/prefix/: the sweep makes (or reuses) its datasets under it "
                        f"(default: {DEFAULT_URI} on the embedded local S3, started if it is not running); "
-                       "with --source-kind, a dataset written by `make`")
+                       "a prefix holding your own indexed data (index.wids.json, or --index) is benched as it is "
+                       "(docs/own-data.md); with --source-kind, a dataset written by `make`")
     bench.add_argument("--quick", action="store_true", help="a first look: one dataset, 2 workers, the far store")
     bench.add_argument("--preset", choices=list(PRESETS), default=None, help="sweep preset (--quick = quick)")
     bench.add_argument("--num-workers", type=_counts, default=None, help="worker counts, e.g. 1,2,4")
@@ -61,6 +62,11 @@ def add_bench_arguments(bench: argparse.ArgumentParser) -> None:
     bench.add_argument("--peers", type=_words, default=None,
                        help="peer libraries read the same samples in their own formats (default litdata,streaming; "
                        "'' for none)")
+    bench.add_argument("--peer-data", default=None, metavar="s3://BUCKET/PREFIX/",
+                       help="where the peers' copies are written (default: beside datasets `make` wrote; required "
+                       "on your own data, which nothing is written into or beside)")
+    bench.add_argument("--index", default=None, metavar="PATH|s3://...",
+                       help="your own data's index where it is not beside the data (as `resnet.py train --index`)")
     bench.add_argument("--suite", choices=SUITES, default="all",
                        help="all (default): every cell; checkpoint: only checkpoint save/load on every route; "
                        "node: 8 rank processes x 8 readers on one shared mount per program (docs/scale.md); mlperf: "
@@ -145,7 +151,8 @@ def run_bench(args: argparse.Namespace) -> int:
         "bytes_cells": False if args.no_bytes else None, "loader_cells": False if args.bytes_only else None,
         "train": False if (args.no_train or args.bytes_only) else None, "out": args.out,
         "progress": not args.no_progress, "seed": args.seed, "suite": args.suite, "store": args.store,
-        "far_latency_ms": args.far_latency_ms, "far_rate_mb_s": args.far_rate_mb_s, "peers": args.peers}
+        "far_latency_ms": args.far_latency_ms, "far_rate_mb_s": args.far_rate_mb_s, "peers": args.peers,
+        "peer_data": args.peer_data, "index": args.index}
     config = preset(args.preset or ("quick" if args.quick else "full"), **overrides)  # bad input fails here
     with uri_or_embedded(args.uri, DEFAULT_URI):
         result = run_sweep(config)

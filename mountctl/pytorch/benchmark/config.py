@@ -87,6 +87,10 @@ class SweepConfig:
     store: str = "both"
     far_latency_ms: float | None = None
     far_rate_mb_s: float | None = None
+    # A user's own dataset (own_data.py): its index where it is not beside the data (--index), and where the
+    # peers' copies go (--peer-data; required for a user's data, which nothing is written into or beside).
+    index: str | None = None
+    peer_data: str | None = None
 
     def __post_init__(self) -> None:
         if self.store not in STORE_CHOICES:
@@ -117,6 +121,8 @@ class SweepConfig:
             raise InvalidSpec("the bytes cells need reader counts >= 1 and at least one random read")
         if not set(self.peers) <= set(PEERS):
             raise InvalidSpec(f"--peers takes {', '.join(PEERS)} (comma-separated, or '' for none), not {self.peers}")
+        if self.peer_data is not None:
+            object.__setattr__(self, "peer_data", str(parse_s3_uri(self.peer_data)))  # a bad URI fails here
         twice = sorted({peer for peer in self.peers if self.peers.count(peer) > 1})
         if twice:
             raise InvalidSpec(f"--peers names {', '.join(twice)} more than once: each peer runs its cells once")

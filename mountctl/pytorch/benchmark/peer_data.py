@@ -2,12 +2,15 @@
 
 The peers read the very samples the WebDataset shards hold: every sample's
 JPEG bytes, label and global index, written with ``litdata.optimize`` and
-``streaming.MDSWriter`` into a sibling prefix of the dataset
-(``s3://b/bench/img224-16MB-n2000.litdata/``), chunked at the dataset's shard
-size.  The conversion writes locally, reads the result back with the
-library's own reader, compares sample count and checksum with the source,
-uploads, and writes ``peer.json`` last: a prefix with a ``peer.json`` whose
-source fingerprint matches the manifest is complete and is not converted again.
+``streaming.MDSWriter``, chunked at the dataset's shard size, into a sibling
+prefix of a dataset that ``make`` wrote (``s3://b/bench/img224-16MB-n2000.litdata/``),
+or under ``--peer-data`` (``s3://w/peers/imagenet.litdata/``).  A user's own
+(indexed) data gets no default place: its bucket may be read-only, and nothing
+is written into or beside it unless the user names where (``peer_data_base``).
+The conversion writes locally, reads the result back with the library's own
+reader, compares sample count and checksum with the source, uploads, and
+writes ``peer.json`` last: a prefix with a ``peer.json`` whose source
+fingerprint matches the manifest is complete and is not converted again.
 
 The checksum (``SampleChecksum``) does not depend on sample order, so a
 loader that shuffles can check what it read against ``peer.json``.
@@ -32,7 +35,8 @@ from mountctl.pytorch.data.shards import read_shard
 from mountctl.pytorch.errors import DatasetError
 
 __all__ = ["PEERS", "PEER_FORMATS", "PeerMissing", "SampleChecksum", "sample_digest", "peer_uri", "peer_env", "litdata_storage_options",
-           "check_peers_installed", "source_fingerprint", "ensure_peer_data", "load_peer_marker", "MARKER_NAME"]
+           "check_peers_installed", "source_fingerprint", "ensure_peer_data", "load_peer_marker", "MARKER_NAME",
+           "peer_data_base"]
 
 PEERS = ("litdata", "streaming")  # the import name of each peer library
 PEER_FORMATS = {"litdata": "litdata-optimized/1", "streaming": "mds/1"}
@@ -56,14 +60,46 @@ def check_peers_installed(peers: tuple[str, ...] = PEERS) -> None:
         except ImportError as exc:
             raise PeerMissing(f"the peer library {peer!r} cannot be imported ({exc}); install the pinned "
                               f"{_DISTRIBUTIONS.get(peer, peer)} from requirements.txt (scripts/setup.sh does) or leave the "
-                              "peer cells out with --no-peers") from None
+                              "peer cells out with --peers ''") from None
 
 
-def peer_uri(uri: str, peer: str) -> str:
-    """The sibling prefix holding ``uri``'s dataset in ``peer``'s format."""
+def peer_uri(uri: str, peer: str, peer_data: str | None = None) -> str:
+    """The prefix holding ``uri``'s dataset in ``peer``'s format: under ``peer_data``, else its sibling.
+
+    Under ``peer_data`` the copy is named after the dataset's last path part
+    (``s3://own/imagenet/`` -> ``PEER_DATA/imagenet.litdata/``); its ``peer.json``
+    fingerprint tells two datasets of one name apart.
+    """
     if peer not in PEERS:
         raise ValueError(f"unknown peer {peer!r}: one of {', '.join(PEERS)}")
-    return uri.rstrip("/") + f".{peer}/"
+    if peer_data is None:
+        return uri.rstrip("/") + f".{peer}/"
+    location = parse_s3_uri(uri)
+    name = location.prefix.rstrip("/").rpartition("/")[2] or location.bucket
+    return str(parse_s3_uri(peer_data)).rstrip("/") + f"/{name}.{peer}/"
+
+
+def peer_data_base(manifest: Manifest, uri: str, peer_data: str | None, peers: tuple[str, ...]) -> str | None:
+    """Where the peers' copies of ``uri`` go (``peer_uri``'s ``peer_data``); None: beside the data.
+
+    Beside the data only for data ``make`` wrote (the bench's own prefix).  A user's indexed data is
+    read-only to us: without ``--peer-data`` the bench stops before it measures or writes anything,
+    and a ``--peer-data`` inside the dataset's prefix is refused (it would add objects to the user's data).
+    """
+    if not peers:
+        return peer_data
+    if peer_data is not None:
+        data, place = parse_s3_uri(uri), parse_s3_uri(peer_data)
+        if data.bucket == place.bucket and place.prefix.startswith(data.prefix):
+            raise DatasetError(f"--peer-data {place} lies inside the dataset {data}: the peers' copies would be "
+                               "written into your data; name a prefix outside it, e.g. "
+                               "--peer-data s3://your-writable-bucket/prefix/")
+        return str(place)
+    if manifest.origin == "make":
+        return None
+    raise DatasetError(f"{uri} is your own data (indexed, not written by `make`), so the peers' copies "
+                       "(LitData, MosaicML Streaming) are not written beside it: name a writable place with "
+                       "--peer-data s3://your-writable-bucket/prefix/, or leave the peer cells out with --peers ''")
 
 
 # -- connection: the one place the peers learn the endpoint ---------------------------------
@@ -142,10 +178,10 @@ class SampleChecksum:
 
 
 def source_fingerprint(manifest: Manifest) -> str:
-    """What identifies the source dataset: its shards' SHA-256s in order."""
+    """What identifies the source dataset: its shards' SHA-256s in order (a user's shards: their ETags)."""
     digest = hashlib.sha256()
     for shard in manifest.shards:
-        digest.update(f"{shard.name}:{shard.samples}:{shard.sha256}\n".encode())
+        digest.update(f"{shard.name}:{shard.samples}:{shard.sha256 or shard.etag}\n".encode())
     return digest.hexdigest()[:32]
 
 
@@ -155,8 +191,9 @@ def source_fingerprint(manifest: Manifest) -> str:
 def _shard_samples(directory: str, shard: ShardInfo) -> Iterator[dict[str, Any]]:
     """One local shard's samples as the peers store them (also ``litdata.optimize``'s fn: a generator)."""
     with open(os.path.join(directory, shard.name), "rb") as stream:
+        # labels: what the index read (a user's cls, json field or txt); None for make's shards (their .cls)
         for sample in read_shard(shard.name, stream, first_index=shard.first_index, start=0, stop=shard.samples,
-                                 expected=shard.samples):
+                                 expected=shard.samples, labels=shard.labels):
             yield {"index": sample.index, "cls": sample.label, "jpg": sample.image}
 
 
@@ -208,11 +245,12 @@ def checksum_of(samples: Iterator[dict[str, Any]]) -> SampleChecksum:
     return checksum
 
 
-def load_peer_marker(settings: S3Settings, uri: str, peer: str) -> dict[str, Any] | None:
+def load_peer_marker(settings: S3Settings, uri: str, peer: str, peer_data: str | None = None
+                     ) -> dict[str, Any] | None:
     """``peer.json`` of ``uri``'s ``peer`` copy, or None when there is none (not converted, or cut off)."""
     from botocore.exceptions import ClientError
 
-    location = parse_s3_uri(peer_uri(uri, peer))
+    location = parse_s3_uri(peer_uri(uri, peer, peer_data))
     try:
         body = s3.short_client(settings).get_object(Bucket=location.bucket, Key=location.prefix + MARKER_NAME)["Body"]
         return dict(json.loads(body.read()))
@@ -222,23 +260,29 @@ def load_peer_marker(settings: S3Settings, uri: str, peer: str) -> dict[str, Any
         raise
 
 
-def _complete(settings: S3Settings, uri: str, peer: str, manifest: Manifest, marker: dict[str, Any] | None) -> bool:
-    """The marker matches this dataset and every file it lists is there at its size (one LIST)."""
+def _complete(settings: S3Settings, where: str, peer: str, manifest: Manifest, marker: dict[str, Any] | None
+              ) -> bool:
+    """The marker matches this dataset and every file it lists is there at its size (one LIST of ``where``)."""
     if not marker or marker.get("source") != source_fingerprint(manifest) or marker.get("format") != PEER_FORMATS[peer]:
         return False
-    location = parse_s3_uri(peer_uri(uri, peer))
+    location = parse_s3_uri(where)
     sizes = s3.list_object_sizes(s3.short_client(settings), location.bucket, location.prefix)
     return all(sizes.get(name) == size for name, size in marker["files"].items())
 
 
 def ensure_peer_data(settings: S3Settings, uri: str, manifest: Manifest, peer: str, *, chunk_bytes: int,
-                     progress: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """``peer.json`` of ``uri``'s copy in ``peer``'s format, converting (and checking) it first when needed."""
-    marker = load_peer_marker(settings, uri, peer)
-    if _complete(settings, uri, peer, manifest, marker):
-        return {**(marker or {}), "converted": False}
+                     progress: Callable[[str], None] | None = None, peer_data: str | None = None) -> dict[str, Any]:
+    """``peer.json`` of ``uri``'s copy in ``peer``'s format, converting (and checking) it first when needed.
+
+    The copy goes where ``peer_uri(uri, peer, peer_data)`` says (decide ``peer_data`` with
+    ``peer_data_base``); the answer's ``"uri"`` is that place, for the cells that read it.
+    """
+    where = peer_uri(uri, peer, peer_data)
+    marker = load_peer_marker(settings, uri, peer, peer_data)
+    if _complete(settings, where, peer, manifest, marker):
+        return {**(marker or {}), "converted": False, "uri": where}
     if progress:
-        progress(f"converting {uri} to {peer}")
+        progress(f"converting {uri} to {peer} at {where}")
     work = tempfile.mkdtemp(prefix=f"mountctl-peer-{peer}-")
     try:
         local = copy_shards(settings, uri, manifest, os.path.join(work, "shards"))
@@ -255,14 +299,14 @@ def ensure_peer_data(settings: S3Settings, uri: str, manifest: Manifest, peer: s
                                f"the conversion is wrong, nothing was uploaded")
         marker = {"peer": peer, "format": PEER_FORMATS[peer], "source": source_fingerprint(manifest),
                   "num_images": manifest.num_images, "checksum": source.value, "chunk_bytes": chunk_bytes,
-                  "files": _upload(settings, out, peer_uri(uri, peer))}
+                  "files": _upload(settings, out, where)}
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    location = parse_s3_uri(peer_uri(uri, peer))
+    location = parse_s3_uri(where)
     # Written last: its presence says the upload finished.
     s3.client(settings).put_object(Bucket=location.bucket, Key=location.prefix + MARKER_NAME,
                                    Body=json.dumps(marker, indent=1).encode(), ContentType="application/json")
-    return {**marker, "converted": True}
+    return {**marker, "converted": True, "uri": where}
 
 
 def _upload(settings: S3Settings, directory: str, uri: str) -> dict[str, int]:

@@ -274,7 +274,8 @@ def peer_epochs(settings: S3Settings, uri: str, marker: dict[str, Any], *, peer:
     """
     if mode not in PEER_MODES:
         raise ValueError(f"peer mode must be one of {PEER_MODES}, not {mode!r}")
-    request = {"peer": peer, "uri": peer_uri(uri, peer), "mode": mode, "num_workers": num_workers,
+    # The marker names where its copy is (beside make's data, or under --peer-data).
+    request = {"peer": peer, "uri": marker.get("uri") or peer_uri(uri, peer), "mode": mode, "num_workers": num_workers,
                "batch_size": batch_size, "image_size": image_size, "warmup_batches": warmup_batches, "seed": seed,
                "epochs": epochs, "num_images": marker["num_images"], "checksum": marker["checksum"],
                "total_bytes": total_bytes, **train}
@@ -348,10 +349,15 @@ def peer_cell_count(config: Any, datasets: int, train: bool) -> int:
 
 
 def prepare_peer_data(config: Any, settings: S3Settings, uri: str, manifest: Any) -> dict[str, dict[str, Any]]:
-    """The dataset step's share: each peer's copy of ``uri``, converted and checked when missing; {peer: peer.json}."""
-    from mountctl.pytorch.benchmark.peer_data import ensure_peer_data
+    """The dataset step's share: each peer's copy of ``uri``, converted and checked when missing; {peer: peer.json}.
 
-    return {peer: ensure_peer_data(settings, uri, manifest, peer, chunk_bytes=_chunk_bytes(manifest))
+    The copies go under ``--peer-data``, or beside data that ``make`` wrote; for a user's own data with no
+    ``--peer-data`` this fails before anything is written (``peer_data_base``).
+    """
+    from mountctl.pytorch.benchmark.peer_data import ensure_peer_data, peer_data_base
+
+    base = peer_data_base(manifest, uri, config.peer_data, config.peers)
+    return {peer: ensure_peer_data(settings, uri, manifest, peer, chunk_bytes=_chunk_bytes(manifest), peer_data=base)
             for peer in config.peers}
 
 

@@ -36,6 +36,7 @@ from mountctl.pytorch.benchmark.facts import machine_facts, versions
 from mountctl.pytorch.benchmark.limits import LocalDiskSource, copy_shards, raw_get
 from mountctl.pytorch.benchmark.map_cells import add_map_ratios, map_cell_count, map_cells
 from mountctl.pytorch.benchmark.monitor import ResourceMonitor
+from mountctl.pytorch.benchmark.own_data import LEFT_OUT, OwnDataset, find_own_dataset, own_data_config
 from mountctl.pytorch.benchmark.peer_data import check_peers_installed
 from mountctl.pytorch.benchmark.peers import peer_cell_count, peer_cells, peer_train_cells, prepare_peer_data
 from mountctl.pytorch.benchmark.stores import plan_stores
@@ -117,7 +118,7 @@ class _Run:
         self.bar.update(len(EPOCHS))
 
 
-def _dataset_cells(run: _Run, spec: DatasetSpec, manifest: Manifest, scratch: str) -> None:
+def _dataset_cells(run: _Run, spec: DatasetSpec | OwnDataset, manifest: Manifest, scratch: str) -> None:
     config, settings = run.config, run.settings
     uri = spec.uri(config.uri)
     base = {"dataset": spec.label, "num_images": manifest.num_images, "shard_size": spec.shard_size,
@@ -251,7 +252,7 @@ def _add_ratios(cells: list[dict[str, Any]]) -> None:
             row["ratio_to_ceiling_after_warmup"] = _ratio(row, ceiling, "samples_per_s")
 
 
-def _store_cells(run: _Run, manifests: list[tuple[DatasetSpec, Manifest]], train_manifest: Manifest | None,
+def _store_cells(run: _Run, manifests: list[tuple[DatasetSpec | OwnDataset, Manifest]], train_manifest: Manifest | None,
                  gpu_missing: bool, scratch: str) -> None:
     """Every cell once, through ``run.settings`` (one store)."""
     config = run.config
@@ -279,16 +280,24 @@ def run_sweep(config: SweepConfig, *, settings: S3Settings | None = None) -> dic
     plan = plan_stores(config.store, settings or resolve(), config.far_latency_ms, config.far_rate_mb_s)
     settings, stores = plan.origin, plan.stores
     started = time.perf_counter()
+    loaders = config.suite != "checkpoint"  # --suite checkpoint: the checkpoint cells alone
+    # The URI may name one dataset (a user's, indexed): bench it as it is, and write nothing into it.
+    own = find_own_dataset(config, settings) if loaders else None
+    if own is not None:
+        config = own_data_config(config)
+        if config.progress:
+            print(f"bench: {own[0].data_uri} is one dataset: {LEFT_OUT} are left out", file=sys.stderr, flush=True)
     gpu_missing = config.accelerator == "gpu" and machine_facts()["gpu"] is None
     result: dict[str, Any] = {"started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                               "config": {k: v for k, v in config.__dict__.items()}, "machine": machine_facts(),
                               "versions": versions(), "endpoint": settings.endpoint_url or "AWS S3",
                               "stores": {store: {} for store in stores}}
-    loaders = config.suite != "checkpoint"  # --suite checkpoint: the checkpoint cells alone
     if loaders and config.peers:
         check_peers_installed(config.peers)  # before anything is measured: a missing peer is a setup error
     # Made once, through the endpoint itself; every store reads the same bytes.
-    manifests = [(spec, _ensure_dataset(config, settings, spec)) for spec in config.datasets] if loaders else []
+    manifests: list[tuple[DatasetSpec | OwnDataset, Manifest]] = (
+        [own] if own is not None else
+        [(spec, _ensure_dataset(config, settings, spec)) for spec in config.datasets] if loaders else [])
     train_manifest = _ensure_dataset(config, settings, config.train_dataset) if config.train and loaders else None
     # Part of the dataset step (also through the endpoint itself): each peer's copy of the same samples,
     # converted and checked where missing; one training cell per peer in a full run (--quick leaves them out).

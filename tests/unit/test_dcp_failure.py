@@ -30,7 +30,8 @@ mountctl.pytorch.errors.CheckpointError: distributed checkpoint save to /m/ckpt 
 
 @pytest.mark.parametrize(("stderr", "expected"), [
     (ABORTED, ["terminate called after throwing an instance of 'gloo::IoException'", "Connection closed by peer",
-               "Fatal Python error: Aborted", "process 1 terminated with signal SIGABRT"]),
+               "Fatal Python error: Aborted", 'File "/x/checkpoint_cells.py", line 350 in _dcp_rank',
+               "process 1 terminated with signal SIGABRT"]),
     (RAISED, ["CheckpointError: distributed checkpoint save to /m/ckpt failed: rank 0: [Errno 5] EIO"]),
 ])
 def test_the_reason_names_the_ranks_own_error_and_how_it_ended(stderr, expected):

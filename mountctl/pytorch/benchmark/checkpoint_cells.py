@@ -324,7 +324,9 @@ def dcp_failure(stderr: str) -> str:
     lines = [line.strip() for line in stderr.splitlines() if line.strip()]
     telling = [line for line in lines if line.startswith(("terminate called", "what():", "Fatal Python error"))
                or re.match(r"^[\w.]+(Error|Exception)\b", line)][:3]
-    return " | ".join(telling + [line for line in lines[-1:] if line not in telling]) or "no output"
+    # faulthandler's stack of the aborting thread: its innermost frame says where the abort came from.
+    frames = [line for line in lines if line.startswith("File ")][:1]
+    return " | ".join(telling + frames + [line for line in lines[-1:] if line not in telling]) or "no output"
 
 
 def _dcp_rank(rank: int, where: str, megabytes: int, rendezvous: str) -> None:
@@ -359,6 +361,14 @@ def _dcp_rank(rank: int, where: str, megabytes: int, rendezvous: str) -> None:
         dist.barrier()  # both ranks leave together: neither tears its connections down under the other
     finally:
         dist.destroy_process_group()
+    # Both ranks have passed every barrier and rank 0 has answered: leave without the interpreter's
+    # finalization.  A rank aborted there now and then on a loaded machine ("terminate called without an
+    # active exception", SIGABRT: a C++ thread object destroyed while still joinable, which is what static
+    # destructors of torch's thread pools do when a worker thread has not finished by then), after its work
+    # was done and checked.  An error above still propagates with its traceback.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def _dcp_main(where: str, megabytes: int) -> None:

@@ -49,7 +49,7 @@ echo "$SLURM_JOB_ID $SLURMD_NODENAME $?" >> {root}/epilog-ran.log
 
 
 @pytest.fixture(scope="module")
-def slurm():
+def slurm(tmp_path_factory):
     absent = missing_programs()
     if absent:
         missing(f"SLURM is not installed ({', '.join(absent)} missing: apt-get install slurm-wlm munge)")
@@ -69,6 +69,9 @@ def slurm():
         yield cluster
     finally:
         left = cluster.stop()
+        # The daemons' logs stay where pytest keeps its temp dirs (the last three sessions); the rest goes.
+        if os.path.isdir(os.path.join(root, "log")):
+            shutil.copytree(os.path.join(root, "log"), tmp_path_factory.mktemp("slurm-logs"), dirs_exist_ok=True)
         shutil.rmtree(root, ignore_errors=True)
     assert not left, f"processes of the SLURM cluster outlived it: {left}"
 
@@ -400,7 +403,7 @@ def test_two_users_jobs_on_one_node_each_mount_their_own_and_cannot_read_each_ot
     status`."""
     require_fuse()
     if os.geteuid() != 0 or missing_programs(USER_PROGRAMS):
-        missing("this test runs as root with useradd and userdel (passwd)")
+        missing(f"this test runs as root with {', '.join(USER_PROGRAMS)} (passwd, libcap2-bin, fuse3)")
     top = os.path.join(slurm.root, "users")
     local, bin_dir = os.path.join(top, "local"), os.path.join(top, "bin")
     for path in (local, bin_dir):
@@ -419,8 +422,12 @@ def test_two_users_jobs_on_one_node_each_mount_their_own_and_cannot_read_each_ot
         f.write(SIDE_BY_SIDE_SCRIPT.format(python=python, job=job))
     with contextlib.ExitStack() as cleanup:
         cleanup.callback(shutil.rmtree, top, True)
-        users = {label: cleanup.enter_context(system_user(f"mcs{label}")) for label in "ab"}
+        try:
+            users = {label: cleanup.enter_context(system_user(f"mcs{label}")) for label in "ab"}
+        except RuntimeError as exc:
+            missing(str(exc))
         jobs, outs, heres = {}, {}, {}
+        cleanup.callback(lambda: end_jobs(slurm, list(jobs.values())))  # before the users and their keys go
         for label, user in users.items():
             s3.put_object(Bucket=bucket, Key=f"{label}/blob.bin", Body=f"data of user {label}".encode())
             here = heres[label] = os.path.join(top, label)
@@ -442,7 +449,6 @@ def test_two_users_jobs_on_one_node_each_mount_their_own_and_cannot_read_each_ot
                                   f"--chdir={here}", script, f"s3://{bucket}/{label}/", here, env=env)
             assert submitted.returncode == 0, submitted.stderr
             jobs[label] = submitted.stdout.strip().split(";")[0]
-        cleanup.callback(end_jobs, slurm, list(jobs.values()))  # before the users and their keys go
 
         mine = {label: wait_for_line(slurm, jobs[label], outs[label], "MINE") for label in users}
         for label, user in users.items():

@@ -207,8 +207,8 @@ def job_field(slurm: SlurmCluster, job: str, name: str) -> str:
 
 
 def stop_training_tasks(slurm: SlurmCluster, job: str) -> int:
-    """SIGSTOP the job's training processes (ranks and their DataLoader workers), not its mounts; returns how
-    many. SLURM sends SIGCONT before SIGTERM when it ends a job, so they go on to take the signals as usual."""
+    """SIGSTOP the job's training processes (the ranks, their DataLoader workers and the srun that started
+    them), not its mounts; returns how many. SLURM sends SIGCONT before SIGTERM when it ends a job, so they go on to take the signals as usual."""
     stopped = 0
     for process in slurm.processes():
         with contextlib.suppress(psutil.Error):

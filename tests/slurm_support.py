@@ -11,10 +11,14 @@ from __future__ import annotations
 
 import contextlib
 import os
+import pwd
 import secrets
 import shutil
 import signal
+import stat
 import subprocess
+import sys
+import sysconfig
 import time
 from collections.abc import Callable, Iterator
 
@@ -23,12 +27,13 @@ import psutil
 from mountctl.ports import free_port
 
 PROGRAMS = ("munged", "slurmctld", "slurmd", "sbatch", "srun", "sinfo", "squeue", "scancel")
+USER_PROGRAMS = ("useradd", "userdel", "setcap", "fusermount3")
 START_TIMEOUT_S = 90.0  # the test machine is shared and often loaded
 STOP_TIMEOUT_S = 20.0
 
 
-def missing_programs() -> list[str]:
-    return [name for name in PROGRAMS if shutil.which(name) is None]
+def missing_programs(names: tuple[str, ...] = PROGRAMS) -> list[str]:
+    return [name for name in names if shutil.which(name) is None]
 
 
 def _conf_text(root: str, ctld_port: int, node_ports: dict[str, int], extra: str) -> str:
@@ -54,6 +59,8 @@ TaskPlugin=task/none
 JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
 SwitchType=switch/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_CPU
 MpiDefault=none
 ReturnToService=2
 KillWait=5
@@ -199,3 +206,67 @@ def _terminate(process: subprocess.Popen) -> None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(process.pid, signal.SIGKILL)
             process.wait(timeout=STOP_TIMEOUT_S)
+
+
+# -- users -----------------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def system_user(prefix: str) -> Iterator[pwd.struct_passwd]:
+    """A throwaway system user (no home, no login shell) for jobs that `sbatch --uid=` runs as another uid;
+    removed afterwards. Raises RuntimeError when this machine cannot create users (the caller skips or fails)."""
+    name = f"{prefix}{secrets.token_hex(4)}"
+    done = subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name],
+                          capture_output=True, text=True, timeout=30, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"cannot create user {name}: {done.stderr.strip()}")
+    try:
+        yield pwd.getpwnam(name)
+    finally:
+        subprocess.run(["userdel", name], capture_output=True, timeout=30, check=False)
+
+
+def _others_can_run(path: str) -> bool:
+    """Whether a user other than the owner can execute ``path``: every directory above it must let others in."""
+    real = os.path.realpath(path)
+    parts = [real] + [os.path.dirname(real)]
+    while parts[-1] != "/":
+        parts.append(os.path.dirname(parts[-1]))
+    return all(os.stat(p).st_mode & stat.S_IXOTH for p in parts)
+
+
+def python_for_other_users(repo: str) -> tuple[str, str]:
+    """(interpreter, PYTHONPATH) with which a job under another uid imports this checkout and the venv's packages.
+
+    The venv's interpreter may sit where only its owner can reach (on the test machine it links into root's
+    0700 home); then the system's Python of the same minor version loads the venv's site-packages instead.
+    Raises RuntimeError when neither is possible."""
+    site = sysconfig.get_paths()["purelib"]
+    if _others_can_run(sys.executable):
+        return sys.executable, repo
+    system = "/usr/bin/python3"
+    if os.path.exists(system) and _others_can_run(system):
+        done = subprocess.run([system, "-c", "import sys; print(sys.version_info[:2])"], capture_output=True,
+                              text=True, timeout=30, check=False)
+        if done.stdout.strip() == str(tuple(sys.version_info[:2])):
+            return system, os.pathsep.join([repo, site])
+    raise RuntimeError(f"no Python another user can run with this venv's packages: {sys.executable} is not "
+                       f"reachable by other users and {system} is absent or another version")
+
+
+def fusermount_for_other_users(bin_dir: str) -> str:
+    """Put a fusermount3 with which other users can mount FUSE into ``bin_dir`` (first on their PATH); returns it.
+
+    On a usual node /dev/fuse is 0666 and the setuid fusermount3 does a user's mount. In the test container
+    /dev/fuse is 0600 root and the setuid fusermount3 fails for a user ("failed to open /dev/fuse: Permission
+    denied"). A copy with file capabilities does what the setuid program does elsewhere (CAP_DAC_OVERRIDE to
+    open /dev/fuse, CAP_SYS_ADMIN to mount and unmount); only that program is privileged, never the user's job,
+    which keeps every permission check this test is about."""
+    path = os.path.join(bin_dir, "fusermount3")
+    shutil.copy(shutil.which("fusermount3") or "fusermount3", path)
+    os.chmod(path, 0o755)
+    done = subprocess.run(["setcap", "cap_dac_override,cap_sys_admin+ep", path], capture_output=True, text=True,
+                          timeout=30, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"cannot give {path} file capabilities: {done.stderr.strip()}")
+    return path

@@ -8,18 +8,32 @@ MOUNTCTL_HOME (as separate machines would have), so each node mounts once for it
 from __future__ import annotations
 
 import collections
+import contextlib
 import glob
 import json
 import os
+import secrets
+import shutil
+import stat
 import sys
+import tempfile
 import time
 
+import psutil
 import pytest
 
+from mountctl.health import SERVING_STATES
 from mountctl.ports import free_port
 
 from conftest import fuse_mounts_under, missing, mount_programs, require_fuse
-from slurm_support import SlurmCluster, missing_programs
+from slurm_support import (
+    USER_PROGRAMS,
+    SlurmCluster,
+    fusermount_for_other_users,
+    missing_programs,
+    python_for_other_users,
+    system_user,
+)
 from torch_support import REPO, last_json_line, make_tiny_dataset
 
 JOB_TIMEOUT_S = 150
@@ -39,7 +53,9 @@ def slurm(tmp_path_factory):
     absent = missing_programs()
     if absent:
         missing(f"SLURM is not installed ({', '.join(absent)} missing: apt-get install slurm-wlm munge)")
-    root = str(tmp_path_factory.mktemp("slurm"))
+    # Not under pytest's temp dir (root's alone): jobs run as other users read slurm.conf and reach munge's socket.
+    root = tempfile.mkdtemp(prefix="mountctl-slurm-")
+    os.chmod(root, 0o755)
     with open(os.path.join(root, "mountctl-slurm.env"), "w") as f:
         f.write(f"MOUNTCTL_BIN={os.path.join(os.path.dirname(sys.executable), 'mountctl')}\n"
                 f"MOUNTCTL_LOCAL_DIR={root}/local\nexport PYTHONPATH={REPO}\n")
@@ -48,9 +64,15 @@ def slurm(tmp_path_factory):
         f.write(EPILOG_WRAPPER.format(root=root, epilog=os.path.join(EXAMPLES, "epilog.sh")))
     os.chmod(wrapper, 0o755)
     cluster = SlurmCluster(root, extra_conf=f"Epilog={wrapper}")
-    cluster.start()
-    yield cluster
-    left = cluster.stop()
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        left = cluster.stop()
+        # The daemons' logs stay where pytest keeps its temp dirs (the last three sessions); the rest goes.
+        if os.path.isdir(os.path.join(root, "log")):
+            shutil.copytree(os.path.join(root, "log"), tmp_path_factory.mktemp("slurm-logs"), dirs_exist_ok=True)
+        shutil.rmtree(root, ignore_errors=True)
     assert not left, f"processes of the SLURM cluster outlived it: {left}"
 
 
@@ -86,9 +108,9 @@ def test_sbatch_runs_two_tasks_on_each_of_two_nodes_with_their_slurm_ranks(slurm
     assert not slurm.jobs()
 
 
-def assert_epilog_ran(slurm: SlurmCluster, job: str, runs: int = 1) -> None:
-    """examples/slurm/epilog.sh ran on both nodes each time the job's run ended (SLURM runs it after the job
-    leaves the queue, so wait for it, bounded)."""
+def assert_epilog_ran(slurm: SlurmCluster, job: str, nodes: list[str]) -> None:
+    """examples/slurm/epilog.sh ran, and succeeded, on each of ``nodes`` (one entry per node per run of the job);
+    SLURM runs it after the job leaves the queue, so wait for it, bounded."""
     ran = os.path.join(slurm.root, "epilog-ran.log")
 
     def rows() -> list[list[str]]:
@@ -98,9 +120,9 @@ def assert_epilog_ran(slurm: SlurmCluster, job: str, runs: int = 1) -> None:
             return [line.split() for line in f if line.startswith(f"{job} ")]
 
     deadline = time.monotonic() + 60
-    while len(rows()) < 2 * runs and time.monotonic() < deadline:
+    while len(rows()) < len(nodes) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert sorted(rows()) == sorted([[job, "n1", "0"], [job, "n2", "0"]] * runs)
+    assert sorted(rows()) == sorted([job, node, "0"] for node in nodes)
 
 
 HOLD_MOUNT = """import os, sys, time
@@ -176,24 +198,53 @@ def job_state(slurm: SlurmCluster, job: str) -> str:
     return slurm.run("squeue", "-h", "-j", job, "-o", "%T").stdout.strip()
 
 
-def test_the_example_batch_script_requeued_mid_epoch_resumes_from_s3_with_one_shared_mount_per_node(
+def job_field(slurm: SlurmCluster, job: str, name: str) -> str:
+    """One field of `scontrol show job` (finished jobs stay there for MinJobAge, 300 s by default)."""
+    for word in slurm.run("scontrol", "-o", "show", "job", job).stdout.split():
+        if word.startswith(name + "="):
+            return word.split("=", 1)[1]
+    return ""
+
+
+def stop_training_tasks(slurm: SlurmCluster, job: str) -> int:
+    """SIGSTOP the job's training processes (the ranks, their DataLoader workers and the srun that started
+    them), not its mounts; returns how many. SLURM sends SIGCONT before SIGTERM when it ends a job, so they go on to take the signals as usual."""
+    stopped = 0
+    for process in slurm.processes():
+        with contextlib.suppress(psutil.Error):
+            if process.environ().get("SLURM_JOB_ID") == job and "resnet.py" in " ".join(process.cmdline()):
+                process.suspend()
+                stopped += 1
+    return stopped
+
+
+def test_the_example_batch_script_ended_by_its_time_limit_mid_epoch_resumes_requeued_on_fewer_tasks(
         slurm, s3_env, bucket, tmp_path):
-    """examples/slurm/train.sbatch, scaled down on the sbatch command line (2 nodes x 2 tasks, CPU, gloo,
-    resnet18); Lightning's SLURMEnvironment assigns the ranks. `scontrol requeuehold` mid-epoch kills the tasks
-    (as a preemption would); released, the script sees SLURM_RESTART_COUNT and resumes from the last checkpoint
-    in S3. SLURM 22.05 ignores `scontrol update NumNodes=` on a requeued job, so the task count stays.
-    MASTER_ADDR is set because the node names n1/n2 exist only in slurm.conf, not in this machine's resolver."""
+    """examples/slurm/train.sbatch, scaled down on the sbatch command line (`--nodes=1-2 --ntasks-per-node=2`,
+    both nodes idle so 4 tasks; CPU, gloo, resnet18); Lightning's SLURMEnvironment assigns the ranks, one mount
+    per node. Mid-epoch, its time limit is lowered to 1 minute and SLURM ends it as TIMEOUT (SIGCONT, SIGTERM,
+    then SIGKILL after KillWait=5 s): nothing may stay on either node. With n2 drained (a lost node),
+    `scontrol requeue` and `scontrol update NumNodes=1-2 NumTasks=2` run it again on n1 alone, 2 tasks: the
+    script sees SLURM_RESTART_COUNT, resumes from the checkpoint in S3, and the two runs train every sample of
+    the epoch once.
+
+    SLURM counts limits in whole minutes and checks them every 30 s, so the job ends up to 30 s after the cut
+    (or after its first minute): to be sure the epoch is still mid-way then, whatever the load, the training
+    processes are stopped (SIGSTOP) once a checkpoint is in S3, before the cut; SLURM's own SIGCONT before its
+    SIGTERM wakes them. MASTER_ADDR is set because the node names n1/n2 exist only in slurm.conf, not in this
+    machine's resolver."""
     require_fuse()
-    uri, images = f"s3://{bucket}/data/", 160  # 10 steps of 4 ranks x 4 samples
+    uri, images = f"s3://{bucket}/data/", 128  # 8 steps of 4 ranks x 4 samples
+    steps = images // 16
     make_tiny_dataset(uri, num_images=images, shard_size="12KB")
     local, log, out = os.path.join(slurm.root, "local"), str(tmp_path / "samples.log"), tmp_path / "job.out"
     env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port(what="the DDP rendezvous")),
                MOUNTCTL_LOCAL_DIR=local, PYTHON=sys.executable)
-    submitted = slurm.run("sbatch", "--parsable", "--nodes=2", "--ntasks-per-node=2", f"--output={out}",
-                          f"--chdir={REPO}", os.path.join(EXAMPLES, "train.sbatch"), uri, f"s3://{bucket}/ckpt/",
-                          "--backend", "rclone", "--accelerator", "cpu", "--arch", "resnet18", "--precision", "32",
-                          "--batch-size", "4", "--num-workers", "1", "--no-progress", "--sample-log", log,
-                          "--checkpoint-every-n-steps", "2", env=env)
+    submitted = slurm.run("sbatch", "--parsable", "--nodes=1-2", "--ntasks-per-node=2", "--time=10",
+                          "--open-mode=append", f"--output={out}", f"--chdir={REPO}", os.path.join(EXAMPLES, "train.sbatch"), uri,
+                          f"s3://{bucket}/ckpt/", "--backend", "rclone", "--accelerator", "cpu", "--arch", "resnet18",
+                          "--precision", "32", "--batch-size", "4", "--num-workers", "1", "--no-progress",
+                          "--sample-log", log, "--checkpoint-every-n-steps", "2", env=env)
     assert submitted.returncode == 0, submitted.stderr
     job = submitted.stdout.strip().split(";")[0]
 
@@ -201,47 +252,227 @@ def test_the_example_batch_script_requeued_mid_epoch_resumes_from_s3_with_one_sh
         return any(row[2] >= step and rank in (None, row[3]) for rows in sample_rows(log).values() for row in rows)
 
     # Rank 0 saves the step-2 checkpoint before it trains step index 2, so its rows past that prove a checkpoint
-    # in S3; stopping there leaves 7 of the epoch's 10 steps as a margin for the stop to land mid-epoch.
+    # in S3.
     deadline = time.monotonic() + JOB_TIMEOUT_S
     while not past_step(3, rank=0) and time.monotonic() < deadline and job_state(slurm, job) in ("PENDING",
                                                                                                "RUNNING"):
         time.sleep(0.2)
-    assert past_step(3, rank=0) and not past_step(10), \
-        f"not stopped mid-epoch:\n{out.read_text(errors='replace')[-3000:]}"
-    assert slurm.run("scontrol", "requeuehold", job).returncode == 0
-    deadline = time.monotonic() + 60
-    while job_state(slurm, job) != "PENDING" and time.monotonic() < deadline:
+    assert past_step(3, rank=0) and not past_step(steps - 1), \
+        f"no checkpoint mid-epoch:\n{out.read_text(errors='replace')[-3000:]}"
+    assert stop_training_tasks(slurm, job) >= 4, "the four ranks (and their workers) are stopped mid-epoch"
+    cut = slurm.run("scontrol", "update", f"JobId={job}", "TimeLimit=1")
+    assert cut.returncode == 0, cut.stderr
+    homes = sorted(os.path.relpath(m, local).split(os.sep)[0] for m in fuse_mounts_under(local))
+    assert homes == ["mountctl-0-n1", "mountctl-0-n2"], f"one shared mount per node for its 2 ranks: {homes}"
+    while job in slurm.jobs() and time.monotonic() < deadline + 120:
         time.sleep(0.2)
-    assert job_state(slurm, job) == "PENDING", "the requeued job's tasks did not end"
+    assert job_field(slurm, job, "JobState") == "TIMEOUT", f"ended as {job_field(slurm, job, 'JobState')}"
+    ran_for = job_field(slurm, job, "RunTime")
     wait_until_no_mount_under(local)
+    assert not glob.glob(os.path.join(local, "*", "cache", "*")), "a data cache outlived the job"
     before = sample_rows(log)
-    # A requeued job waits 2 minutes (BeginTime) before it may start again: start it now.
-    assert slurm.run("scontrol", "update", f"JobId={job}", "StartTime=now").returncode == 0
-    assert slurm.run("scontrol", "release", job).returncode == 0
-    deadline = time.monotonic() + JOB_TIMEOUT_S
-    while job in slurm.jobs() and time.monotonic() < deadline:
-        time.sleep(0.5)
+
+    # n2 is lost (drained); requeued, the job would keep its 4 tasks (2 nodes), its 1-minute limit and wait 2
+    # minutes (BeginTime): change all three once it is pending again. SLURM 22.05 takes a smaller NumNodes only
+    # as a range, and only when fewer nodes are up: `NumNodes=1` with both nodes idle is accepted and ignored.
+    assert slurm.run("scontrol", "update", "NodeName=n2", "State=DRAIN", "Reason=lost-in-test").returncode == 0
+    try:
+        assert slurm.run("scontrol", "requeue", job).returncode == 0
+        requeued = time.monotonic()
+        while job_state(slurm, job) != "PENDING" and time.monotonic() - requeued < 60:
+            time.sleep(0.2)
+        updated = slurm.run("scontrol", "update", f"JobId={job}", "NumNodes=1-2", "NumTasks=2", "TimeLimit=10",
+                            "StartTime=now")
+        assert updated.returncode == 0, updated.stderr
+        deadline = time.monotonic() + JOB_TIMEOUT_S
+        while job in slurm.jobs() and time.monotonic() < deadline:
+            time.sleep(0.5)
+    finally:
+        slurm.run("scontrol", "update", "NodeName=n2", "State=RESUME")
     output = out.read_text(errors="replace")
     summary = last_json_line(output)
-    assert summary["world_size"] == 4 and summary["source_kind"] == "mountpoint", output[-3000:]
+    assert summary["world_size"] == 2 and summary["source_kind"] == "mountpoint", output[-3000:]
     assert summary["resumed_from"] and summary["checkpoint"], "resumed from S3 and saved there again"
 
     resumed_from = summary["resumed_from_step"]
-    assert 2 <= resumed_from < 10
+    assert 2 <= resumed_from < steps
     after = [row for name, rows in sample_rows(log).items() for row in rows[len(before.get(name, [])):]]
     kept = [row for rows in before.values() for row in rows if row[2] < resumed_from] + after
     counts = collections.Counter(key for key, epoch, _, _ in kept if epoch == 0)
     assert len(counts) == images and set(counts.values()) == {1}, "every sample once across the two runs"
-    assert {row[3] for row in after} == {0, 1, 2, 3}
-
-    by_node = collections.defaultdict(set)
-    for rank, row in enumerate(summary["ranks"]):  # gathered in rank order; ranks 0-1 on n1, 2-3 on n2
-        by_node[rank // 2].add(row["mount_pid"])
-    assert None not in set().union(*by_node.values())
-    assert [len(pids) for pids in by_node.values()] == [1, 1], f"one mount per node: {dict(by_node)}"
-    assert by_node[0] != by_node[1], "each node mounts for itself"
+    assert {row[3] for row in after} == {0, 1}
+    assert len({row["mount_pid"] for row in summary["ranks"]} - {None}) == 1, "the node's 2 ranks share a mount"
     assert sorted(os.listdir(local)) == ["mountctl-0-n1", "mountctl-0-n2"], "a MOUNTCTL_HOME per node"
     wait_until_no_mount_under(local)
-    assert_epilog_ran(slurm, job, runs=2)
-    print(f"\nrequeue: stopped past step 3, resumed from the step-{resumed_from} checkpoint in S3; "
-          f"mounts {json.dumps({k: sorted(v) for k, v in by_node.items()})}")
+    assert_epilog_ran(slurm, job, ["n1", "n2", job_field(slurm, job, "NodeList")])
+    print(f"\ntime limit: TIMEOUT after {ran_for}, nothing left on either node; requeued on 2 tasks, resumed from "
+          f"the step-{resumed_from} checkpoint in S3 ({steps} steps of 4 tasks an epoch)")
+
+
+SIDE_BY_SIDE = """import errno, json, os, subprocess, sys, time
+import mountctl
+from mountctl.shared.registry import Registry
+
+uri, here = sys.argv[1], sys.argv[2]  # here: this user's private exchange directory with the test
+
+
+def wait_for(name):
+    deadline, path = time.monotonic() + 240, os.path.join(here, name)
+    while not os.path.exists(path):
+        if time.monotonic() > deadline:
+            sys.exit(f"{path} did not appear within 240 s")
+        time.sleep(0.2)
+    with open(path) as f:
+        return json.load(f)
+
+
+def attempt(read, path):
+    try:
+        read(path)
+        return "read"
+    except OSError as exc:
+        return errno.errorcode.get(exc.errno, str(exc.errno))
+
+
+home = os.environ["MOUNTCTL_HOME"]
+cache = os.path.join(home, "data-cache")
+with mountctl.mount(uri, backend="rclone", cache_dir=cache) as m:
+    with open(os.path.join(m.path, "blob.bin")) as f:
+        mine = {"uid": os.getuid(), "mount_pid": m.pid, "mount_dir": m.path, "home": home, "cache": cache,
+                "registry": Registry().record_path(m.path), "read": f.read()}
+    print("MINE", json.dumps(mine), flush=True)
+    theirs = wait_for("theirs.json")
+    probes = {what: attempt(read, theirs[what]) for what, read in (
+        ("home", os.listdir), ("cache", os.listdir), ("registry", lambda p: open(p).read()),
+        ("mount_dir", os.listdir))}
+    shown = subprocess.run([sys.executable, "-m", "mountctl", "status", "--json"], capture_output=True, text=True,
+                           timeout=120)
+    sys.stderr.write(shown.stderr)
+    rows = json.loads(shown.stdout)["mounts"]
+    print("PROBED", json.dumps({"probes": probes, "status": [{"dir": r["dir"], "health": r["health"]["state"]}
+                                                             for r in rows]}), flush=True)
+    wait_for("stop.json")
+print("UNMOUNTED", flush=True)
+"""
+
+SIDE_BY_SIDE_SCRIPT = """#!/bin/bash
+#SBATCH --nodes=1 --ntasks=1 --nodelist=n1
+srun bash -c 'export MOUNTCTL_HOME="$MOUNTCTL_LOCAL_DIR/mountctl-$(id -u)-$SLURMD_NODENAME"; exec "$@"' task \\
+    {python} {job} "$@"
+"""
+
+
+def lines_of(out: str, tag: str) -> list[dict]:
+    text = open(out, errors="replace").read() if os.path.exists(out) else ""
+    return [json.loads(line.split(" ", 1)[1]) for line in text.splitlines() if line.startswith(tag + " ")]
+
+
+def wait_for_line(slurm: SlurmCluster, job: str, out: str, tag: str) -> dict:
+    deadline = time.monotonic() + JOB_TIMEOUT_S
+    while not lines_of(out, tag) and time.monotonic() < deadline and job in slurm.jobs():
+        time.sleep(0.2)
+    found = lines_of(out, tag)
+    text = open(out, errors="replace").read() if os.path.exists(out) else "(no output)"
+    assert found, f"job {job} printed no {tag} line:\n{text[-3000:]}"
+    return found[0]
+
+
+def end_jobs(slurm: SlurmCluster, jobs: list[str], *, cancel: bool = True) -> None:
+    """Wait (bounded) until none of ``jobs`` is in the queue, cancelling them first unless ``cancel`` is False."""
+    if cancel and set(jobs) & set(slurm.jobs()):
+        slurm.run("scancel", *jobs)
+    deadline = time.monotonic() + JOB_TIMEOUT_S
+    while set(jobs) & set(slurm.jobs()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not set(jobs) & set(slurm.jobs()), f"jobs {jobs} did not end within {JOB_TIMEOUT_S}s"
+
+
+def write_json(path: str, data: dict) -> None:
+    """Atomically, so that the job never reads half a file."""
+    with open(path + ".tmp", "w") as f:
+        json.dump(data, f)
+    os.replace(path + ".tmp", path)
+
+
+def test_two_users_jobs_on_one_node_each_mount_their_own_and_cannot_read_each_others(
+        slurm, local_s3, s3_env, s3, bucket):
+    """Root submits one job for each of two throwaway users (`sbatch --uid=`), both on n1 at once. Each user
+    has its own S3 key (a live identity of the local S3, in a credentials file only that user can read: no key
+    on a command line), and MOUNTCTL_HOME comes from train.sbatch's rule under a shared sticky directory. Each
+    job mounts, then probes the other user's home, cache, registry record and mount, and runs `mountctl
+    status`."""
+    require_fuse()
+    if os.geteuid() != 0 or missing_programs(USER_PROGRAMS):
+        missing(f"this test runs as root with {', '.join(USER_PROGRAMS)} (passwd, libcap2-bin, fuse3)")
+    top = os.path.join(slurm.root, "users")
+    local, bin_dir = os.path.join(top, "local"), os.path.join(top, "bin")
+    for path in (local, bin_dir):
+        os.makedirs(path)
+    os.chmod(top, 0o755)
+    try:
+        python, pythonpath = python_for_other_users(REPO)
+        fusermount_for_other_users(bin_dir)
+    except RuntimeError as exc:
+        missing(str(exc))
+    os.chmod(local, 0o1777)  # like /tmp: every user makes its own MOUNTCTL_HOME there
+    job, script = os.path.join(top, "side_by_side.py"), os.path.join(top, "side_by_side.sbatch")
+    with open(job, "w") as f:
+        f.write(SIDE_BY_SIDE)
+    with open(script, "w") as f:
+        f.write(SIDE_BY_SIDE_SCRIPT.format(python=python, job=job))
+    with contextlib.ExitStack() as cleanup:
+        cleanup.callback(shutil.rmtree, top, True)
+        try:
+            users = {label: cleanup.enter_context(system_user(f"mcs{label}")) for label in "ab"}
+        except RuntimeError as exc:
+            missing(str(exc))
+        jobs, outs, heres = {}, {}, {}
+        cleanup.callback(lambda: end_jobs(slurm, list(jobs.values())))  # before the users and their keys go
+        for label, user in users.items():
+            s3.put_object(Bucket=bucket, Key=f"{label}/blob.bin", Body=f"data of user {label}".encode())
+            here = heres[label] = os.path.join(top, label)
+            os.mkdir(here, 0o700)
+            os.chown(here, user.pw_uid, user.pw_gid)
+            key, secret = f"mcs{label}{secrets.token_hex(6)}", secrets.token_hex(20)
+            local_s3.add_identity(user.pw_name, key, secret)
+            cleanup.callback(local_s3.revoke_identity, user.pw_name, key)
+            credentials = os.path.join(here, "credentials")
+            with open(os.open(credentials, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
+                f.write(f"[default]\naws_access_key_id = {key}\naws_secret_access_key = {secret}\n")
+            os.chown(credentials, user.pw_uid, user.pw_gid)
+            env = {"PATH": f"{bin_dir}:{os.path.dirname(sys.executable)}:/usr/bin:/bin", "PYTHONPATH": pythonpath,
+                   "HOME": here, "MOUNTCTL_LOCAL_DIR": local, "AWS_ENDPOINT_URL": s3_env.endpoint_url,
+                   "AWS_REGION": s3_env.region, "AWS_SHARED_CREDENTIALS_FILE": credentials,
+                   "AWS_CONFIG_FILE": os.path.join(here, "config"), "OMP_WAIT_POLICY": "PASSIVE"}
+            outs[label] = os.path.join(here, "job.out")
+            submitted = slurm.run("sbatch", "--parsable", f"--uid={user.pw_name}", f"--output={outs[label]}",
+                                  f"--chdir={here}", script, f"s3://{bucket}/{label}/", here, env=env)
+            assert submitted.returncode == 0, submitted.stderr
+            jobs[label] = submitted.stdout.strip().split(";")[0]
+
+        mine = {label: wait_for_line(slurm, jobs[label], outs[label], "MINE") for label in users}
+        for label, user in users.items():
+            assert mine[label]["uid"] == user.pw_uid and mine[label]["read"] == f"data of user {label}"
+            assert psutil.Process(mine[label]["mount_pid"]).uids().real == user.pw_uid, "mounted as its user"
+            home = os.stat(mine[label]["home"])
+            assert (home.st_uid, stat.S_IMODE(home.st_mode)) == (user.pw_uid, 0o700), "a home only its user enters"
+        assert mine["a"]["mount_pid"] != mine["b"]["mount_pid"] and mine["a"]["mount_dir"] != mine["b"]["mount_dir"]
+        for label, other in (("a", "b"), ("b", "a")):
+            write_json(os.path.join(heres[label], "theirs.json"), mine[other])
+        probed = {label: wait_for_line(slurm, jobs[label], outs[label], "PROBED") for label in users}
+        for label, other in (("a", "b"), ("b", "a")):
+            assert probed[label]["probes"] == dict.fromkeys(("home", "cache", "registry", "mount_dir"), "EACCES")
+            shown = {row["dir"]: row["health"] for row in probed[label]["status"]}
+            assert mine[other]["mount_dir"] not in shown, f"user {label}'s status lists {other}'s mount: {shown}"
+            assert list(shown) == [mine[label]["mount_dir"]], f"user {label}'s status: {shown}"
+            assert shown[mine[label]["mount_dir"]] in SERVING_STATES, f"user {label}'s own mount: {shown}"
+
+        for label in users:
+            write_json(os.path.join(heres[label], "stop.json"), {})
+        end_jobs(slurm, list(jobs.values()), cancel=False)
+        for label in users:
+            assert "UNMOUNTED" in open(outs[label], errors="replace").read(), f"user {label}'s job did not unmount"
+        wait_until_no_mount_under(local)
+        assert not glob.glob(os.path.join(local, "*", "data-cache", "*")), "a cache outlived its user's job"
+    print(f"\nusers side by side: mounts {[mine[label]['mount_pid'] for label in 'ab']}, each refused the other's "
+          "home, cache, registry and mount (EACCES); status lists only its own")

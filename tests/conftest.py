@@ -26,6 +26,7 @@ ON_CI = os.environ.get("CI", "").lower() == "true"
 _WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
 _WORKER_TMP = tempfile.mkdtemp(prefix=f"mctl-{_WORKER}-") if _WORKER else ""
 if _WORKER_TMP:
+    os.chmod(_WORKER_TMP, 0o1777)  # as /tmp is: tests that run as other users reach their directories in it
     os.environ["TMPDIR"] = tempfile.tempdir = _WORKER_TMP
 # Every test session gets a private MOUNTCTL_HOME so that it never touches the user's.
 _SESSION_HOME = tempfile.mkdtemp(prefix="mountctl-test-home-")

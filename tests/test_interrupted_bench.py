@@ -96,16 +96,20 @@ def test_an_interrupted_bench_leaves_no_server_proxy_or_mount_of_its_own(signum,
             os.killpg(bench.pid, signum)
         else:
             bench.send_signal(signum)
-        bench.wait(timeout=120)
+        bench.wait(timeout=240)  # unmount, proxy and server each have their own bounded stop
         reader.join(timeout=10)
         text = "".join(err)
-        left = _of_run(scope)  # weed, nginx, mount programs, and anything else the run started
+        deadline = time.monotonic() + 10  # a process that has just exited gets a moment to be reaped
+        while (left := _of_run(scope)) and time.monotonic() < deadline:  # weed, nginx, mounts, anything else
+            time.sleep(0.1)
         mounts = [e.mount_point for e in read_mount_table() if e.mount_point.startswith(scope)]
         print(f"\n[bench stopped by {signal.Signals(signum).name} at {stage} up] exit {bench.returncode}; up when stopped: "
               f"{len(up)} processes; left: {_describe(left)}, mounts {mounts}")
         assert bench.returncode == code, text[-3000:]
         lines = [line for line in text.splitlines() if line.startswith("resnet.py bench:")]
         assert len(lines) == 1 and "Traceback" not in text, text[-3000:]
+        assert lines[0] == ("resnet.py bench: interrupted" if signum == signal.SIGINT else
+                            "resnet.py bench: stopped by SIGTERM"), lines
         assert not left, f"left running after the bench exited: {_describe(left)}"
         assert not mounts, f"left mounted: {mounts}"
     finally:

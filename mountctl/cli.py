@@ -250,13 +250,16 @@ def _cmd_cleanup(args: argparse.Namespace) -> int:
     from .doctor import cleanup
     from .orphans import stop_orphans
 
-    cleared = cleanup() + stop_orphans()
+    report = cleanup()
+    cleared = report.cleared + stop_orphans()
     if args.json:
-        print(json.dumps({"cleared": cleared}, indent=2))
+        print(json.dumps({"cleared": cleared, "left": report.left}, indent=2))
     else:
         for line in cleared:
             print(f"cleared {line}")
-        if not cleared:
+        for line in report.left:
+            print(f"left alone {line}")
+        if not cleared and not report.left:
             print("nothing to clean up")
     return 0
 

@@ -6,6 +6,7 @@ import contextlib
 import os
 import shutil
 import socket
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlparse
 
@@ -13,16 +14,18 @@ from . import paths
 from .backends import BACKENDS
 from .errors import MountctlError
 from .fusectl import force_clear
+from .health import mount_health
 from .local_s3 import sweep_stray_server_files
 from .mounttable import find_mount, read_mount_table
-from .probe import probe_path
 from .processes import process_alive
 from .s3 import check_bucket_access, parse_s3_uri, resolve
 from .scratch import sweep_abandoned_workdirs
 from .shared.client import clear_abandoned
 from .shared.registry import Registry
 
-__all__ = ["run_checks", "cleanup"]
+__all__ = ["run_checks", "cleanup", "CleanupReport"]
+
+_PROBE_TIMEOUT_S = 2.0
 
 
 def _check(name: str, ok: bool, detail: str, fix: str = "", optional: bool = False) -> dict[str, Any]:
@@ -79,9 +82,17 @@ def run_checks(uri: str | None = None) -> list[dict[str, Any]]:
     return checks
 
 
-def cleanup() -> list[str]:
+@dataclass
+class CleanupReport:
+    """What ``mountctl cleanup`` cleared, and what looked stale but has a live owner, so it was left alone."""
+
+    cleared: list[str] = field(default_factory=list)
+    left: list[str] = field(default_factory=list)
+
+
+def cleanup() -> CleanupReport:
     """Clear everything mountctl owns whose owner is gone: records, dead mounts, scratch dirs."""
-    cleared: list[str] = []
+    report = CleanupReport()
     registry = Registry()
     for record in registry.records():
         mount_dir = record.mount_dir
@@ -90,18 +101,39 @@ def cleanup() -> list[str]:
         with registry.locked(mount_dir):  # checked again under the lock: it may have just been started anew
             if not clear_abandoned(mount_dir, registry.read(mount_dir), registry):
                 continue
-        cleared.append(f"abandoned mount {mount_dir} ({record.uri})")
-    cleared += sweep_abandoned_workdirs()
-    cleared += [f"stray local S3 server file {path}" for path in sweep_stray_server_files()]
+        report.cleared.append(f"abandoned mount {mount_dir} ({record.uri})")
+    report.cleared += sweep_abandoned_workdirs()
+    report.cleared += [f"stray local S3 server file {path}" for path in sweep_stray_server_files()]
     managed = paths.managed_mounts_dir()
     for entry in read_mount_table():
         if entry.is_fuse and entry.mount_point.startswith(managed + os.sep):
-            if not probe_path(entry.mount_point, 2.0, list_dir=False).ok:
-                force_clear(entry.mount_point)
-                cleared.append(f"stale mount {entry.mount_point}")
+            _clear_if_stale(entry.mount_point, registry, report)
     for name in os.listdir(managed):
         with contextlib.suppress(OSError):
             path = os.path.join(managed, name)
             if find_mount(path) is None and registry.read(path) is None:
                 os.rmdir(path)  # only removes empty leftovers
-    return cleared
+    return report
+
+
+def _clear_if_stale(mount_dir: str, registry: Registry, report: CleanupReport) -> None:
+    """Force-clear a managed mount only when nothing serves it.
+
+    A probe that times out is no proof: under 64 readers a mount answers the probe in its turn
+    (busy, ``progress.py``).  A live supervisor owns its mount whatever the probe says (its
+    watchdog remounts a wedged one), and a program whose counters advance is working, not wedged.
+    """
+    record = registry.read(mount_dir)
+    health = mount_health(mount_dir, None, record.program_pid if record else None, _PROBE_TIMEOUT_S)
+    if health.ok and not health.error:  # it answered: nothing to clear, nothing to say
+        return
+    if record is not None and process_alive(record.supervisor):
+        pid = (record.supervisor or {}).get("pid")
+        report.left.append(f"{mount_dir} ({record.uri}): {health.state}, but its supervisor (pid {pid}) is alive: "
+                           "it is that supervisor's to mend (its watchdog remounts a wedged mount) or to stop "
+                           f"(`mountctl unmount {mount_dir}`)")
+    elif health.state in ("dead", "unresponsive"):
+        force_clear(mount_dir)
+        report.cleared.append(f"stale mount {mount_dir}")
+    else:
+        report.left.append(f"{mount_dir}: {health.state} ({health.error})")

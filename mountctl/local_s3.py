@@ -42,6 +42,7 @@ from .programs import find_program
 from .redaction import remember_secret
 from .s3 import DEFAULT_REGION, S3Settings
 from .s3 import client as s3_client
+from .teardown import install_signal_handlers
 
 __all__ = ["LocalS3", "LocalS3Status", "DEFAULT_BUCKET", "sweep_stray_server_files", "uri_or_embedded"]
 
@@ -330,8 +331,10 @@ class LocalS3:
              timeout_s: float = 60.0) -> Iterator[tuple[LocalS3Status, bool]]:
         """Use the server for the block, starting it if needed: yields (status, whether this started it).
 
-        The last holder to leave stops it, unless it is pinned (``local_s3_owners``).
+        The last holder to leave stops it, unless it is pinned (``local_s3_owners``).  SIGTERM and SIGHUP
+        leave the block as Ctrl-C does (``teardown``): a run stopped by a scheduler lets go of its hold too.
         """
+        install_signal_handlers()
         with self.locked(timeout_s):
             started = not self.status().running
             status = self._start_locked(buckets, timeout_s)

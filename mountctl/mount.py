@@ -40,6 +40,7 @@ from .health import AuthWatch, Health, mount_health
 from .logs import tail
 from .mounttable import MountEntry, find_mount, read_mount_table
 from .probe import probe_path
+from .processes import kill_group
 from .redaction import redact
 from .s3 import S3Settings, check_bucket_access, refresh_credentials, resolve, store_throttling
 from .spec import MountSpec
@@ -529,21 +530,13 @@ class Mount:
 
     def _kill_child(self) -> None:
         child, self._child = self._child, None
-        if child is None or child.poll() is not None:
+        if child is None or kill_group(child, 5.0):
             return
-        try:
-            os.killpg(child.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            return
-        try:
-            child.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            # Stuck in the kernel (a FUSE request to itself, say): aborting the connection frees it.
-            entry = find_mount(self.path)
-            log.warning("%s (pid %d) did not exit within 5s of SIGKILL; aborting its FUSE connection",
-                        self.backend, child.pid)
-            if entry is not None:
-                force_clear(self.path)
+        # Stuck in the kernel (a FUSE request to itself, say): aborting the connection frees it.
+        log.warning("%s (pid %d) did not exit within 5s of SIGKILL; aborting its FUSE connection",
+                    self.backend, child.pid)
+        if find_mount(self.path) is not None:
+            force_clear(self.path)
 
     def _cleanup_files(self) -> None:
         workdir, self._workdir = self._workdir, None

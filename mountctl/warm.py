@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import subprocess
 import sys
 import threading
@@ -28,6 +27,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .errors import InvalidSpec
+from .processes import kill_group
 from .teardown import spawn_with_parent_death_signal
 
 __all__ = ["WarmReport", "Warmer", "warm", "read_listing", "cache_budget_bytes", "WARM_ALL", "DEFAULT_WORKERS"]
@@ -178,17 +178,8 @@ class Warmer:
         return report
 
     def _kill(self) -> None:
-        child = self._child
-        if child is None or child.poll() is not None:
-            return
-        try:
-            os.killpg(child.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            return
-        try:
-            child.wait(timeout=_KILL_WAIT_S)
-        except subprocess.TimeoutExpired:  # stuck in a wedged mount's kernel wait; the kernel reaps it later
-            pass
+        if self._child is not None:
+            kill_group(self._child, _KILL_WAIT_S)  # one stuck in a wedged mount's kernel wait is reaped later
 
 
 def _parse_report(out: str) -> WarmReport:

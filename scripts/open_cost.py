@@ -16,13 +16,12 @@ import argparse
 import collections
 import dataclasses
 import os
-import tempfile
 import time
+
+from scratch_server import scratch_server
 
 from mountctl import Mount, MountSpec, backends
 from mountctl.far_proxy import FarProfile, FarProxy
-from mountctl.local_s3 import LocalS3
-from mountctl.s3 import client as s3_client
 
 SHOW = 0
 
@@ -72,54 +71,47 @@ def main() -> None:
     args = parser.parse_args()
     global SHOW
     SHOW = args.show
-    with tempfile.TemporaryDirectory(prefix="open-cost-") as home:
-        server = LocalS3(os.path.join(home, "s3"))
-        server.start()
-        try:
-            direct = server.settings(direct=True)
-            s3 = s3_client(direct)
-            bucket = "mountctl"
-            names = [f"img{i:05d}.jpg" for i in range(args.files)]
-            for name in names:
-                s3.put_object(Bucket=bucket, Key=f"opencost/{name}", Body=os.urandom(args.size))
-            with FarProxy(direct.endpoint_url or "", os.path.join(home, "far"),
-                          FarProfile(latency_ms=args.latency_ms), log_requests=True) as endpoint:
-                proxy = FarProxy(direct.endpoint_url or "", os.path.join(home, "far"))
-                settings = dataclasses.replace(direct, endpoint_url=endpoint)
-                variants = [(b, v) for b in args.backend or ["rclone", "s3fs"]
-                            for v in (("before", "now") if args.before else ("now",))]
-                for backend, variant in variants:
-                    _per_open_flags(variant == "now")
-                    extra = tuple(a.split("=", 1)[1] for a in args.extra_arg if a.startswith(backend + "="))
-                    spec = MountSpec(uri=f"s3://{bucket}/opencost/", mount_dir=os.path.join(home, "mnt"),
-                                     backend=backend, cache_dir=os.path.join(home, "cache"), cache_size_mb=1024,
-                                     extra_args={backend: extra} if extra else {})
-                    with Mount(spec, settings=settings) as mount:
-                        _, seen = _requests(proxy, 0)
-                        if args.warm:
-                            from mountctl.warm import warm
+    with scratch_server("open-cost-") as (home, _, direct, s3):
+        bucket = "mountctl"
+        names = [f"img{i:05d}.jpg" for i in range(args.files)]
+        for name in names:
+            s3.put_object(Bucket=bucket, Key=f"opencost/{name}", Body=os.urandom(args.size))
+        with FarProxy(direct.endpoint_url or "", os.path.join(home, "far"),
+                      FarProfile(latency_ms=args.latency_ms), log_requests=True) as endpoint:
+            proxy = FarProxy(direct.endpoint_url or "", os.path.join(home, "far"))
+            settings = dataclasses.replace(direct, endpoint_url=endpoint)
+            variants = [(b, v) for b in args.backend or ["rclone", "s3fs"]
+                        for v in (("before", "now") if args.before else ("now",))]
+            for backend, variant in variants:
+                _per_open_flags(variant == "now")
+                extra = tuple(a.split("=", 1)[1] for a in args.extra_arg if a.startswith(backend + "="))
+                spec = MountSpec(uri=f"s3://{bucket}/opencost/", mount_dir=os.path.join(home, "mnt"),
+                                 backend=backend, cache_dir=os.path.join(home, "cache"), cache_size_mb=1024,
+                                 extra_args={backend: extra} if extra else {})
+                with Mount(spec, settings=settings) as mount:
+                    _, seen = _requests(proxy, 0)
+                    if args.warm:
+                        from mountctl.warm import warm
 
-                            started = time.perf_counter()
-                            report = warm(mount.path, names)
-                            counts, seen = _requests(proxy, seen)
-                            print(f"{backend} {variant} warm: {time.perf_counter() - started:.2f}s {report} {dict(counts)}")
-                        listed = sorted(os.listdir(mount.path))
-                        assert listed == names, listed[:5]
+                        started = time.perf_counter()
+                        report = warm(mount.path, names)
                         counts, seen = _requests(proxy, seen)
-                        print(f"{backend} {variant} listing: {dict(counts)}")
-                        for epoch in (1, 2):
-                            seconds = _read_all(mount.path, names)
-                            counts, seen = _requests(proxy, seen)
-                            per_open = {k: round(v / len(names), 2) for k, v in sorted(counts.items())}
-                            print(f"{backend} {variant} epoch {epoch}: {seconds * 1000 / len(names):.1f} ms per open, "
-                                  f"requests per open {per_open}")
-                        if os.environ.get("OPEN_COST_KEEP_LOG"):
-                            import glob
-                            import shutil
-                            for log in glob.glob(os.path.join(os.environ["MOUNTCTL_HOME"], "run", "*", "logs", "*")):
-                                shutil.copy(log, os.environ["OPEN_COST_KEEP_LOG"] + "." + os.path.basename(log))
-        finally:
-            server.stop()
+                        print(f"{backend} {variant} warm: {time.perf_counter() - started:.2f}s {report} {dict(counts)}")
+                    listed = sorted(os.listdir(mount.path))
+                    assert listed == names, listed[:5]
+                    counts, seen = _requests(proxy, seen)
+                    print(f"{backend} {variant} listing: {dict(counts)}")
+                    for epoch in (1, 2):
+                        seconds = _read_all(mount.path, names)
+                        counts, seen = _requests(proxy, seen)
+                        per_open = {k: round(v / len(names), 2) for k, v in sorted(counts.items())}
+                        print(f"{backend} {variant} epoch {epoch}: {seconds * 1000 / len(names):.1f} ms per open, "
+                              f"requests per open {per_open}")
+                    if os.environ.get("OPEN_COST_KEEP_LOG"):
+                        import glob
+                        import shutil
+                        for log in glob.glob(os.path.join(os.environ["MOUNTCTL_HOME"], "run", "*", "logs", "*")):
+                            shutil.copy(log, os.environ["OPEN_COST_KEEP_LOG"] + "." + os.path.basename(log))
     print("load average:", open("/proc/loadavg").read().strip())
 
 

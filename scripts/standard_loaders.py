@@ -18,16 +18,15 @@ import dataclasses
 import io
 import os
 import random
-import tempfile
 import time
 from collections.abc import Callable
 from typing import Any
 
+from scratch_server import scratch_server
+
 from mountctl import Mount, MountSpec
 from mountctl.far_proxy import FarProfile, FarProxy
-from mountctl.local_s3 import LocalS3
 from mountctl.s3 import S3Settings
-from mountctl.s3 import client as s3_client
 from mountctl.warm import Warmer
 
 
@@ -119,57 +118,50 @@ def main() -> None:
     from torchvision.datasets import ImageFolder
 
     random.seed(0)
-    with tempfile.TemporaryDirectory(prefix="std-loaders-") as home:
-        server = LocalS3(os.path.join(home, "s3"))
-        server.start()
-        try:
-            direct = server.settings(direct=True)
-            s3 = s3_client(direct)
-            classes = [f"n{c:08d}" for c in range(args.classes)]
-            local = os.path.join(home, "local", "train")  # the same tree on local disk, the epoch-2 yardstick
-            for c, name in enumerate(classes):
-                os.makedirs(os.path.join(local, name))
-                for i in range(args.per_class):
-                    body = _jpeg(c * 100_000 + i)
-                    s3.put_object(Bucket="mountctl", Key=f"std/train/{name}/{i:05d}.JPEG", Body=body)
-                    with open(os.path.join(local, name, f"{i:05d}.JPEG"), "wb") as f:
-                        f.write(body)
-            with FarProxy(direct.endpoint_url or "", os.path.join(home, "far"), FarProfile()) as endpoint:
-                settings = dataclasses.replace(direct, endpoint_url=endpoint)
-                for name, value in server.env().items():
-                    os.environ[name] = value
-                os.environ["AWS_ENDPOINT_URL"] = endpoint
-                for round_ in range(args.rounds):
-                    routes: list[tuple[str, str | None, bool]] = [
-                        (f"ImageFolder, mount {backend}{' + warm' if warm_first else ''}", backend, warm_first)
-                        for backend in args.backend or ["rclone", "s3fs"] for warm_first in (False, True)]
-                    routes.append(("S3MapDataset (s3torchconnector)", None, False))
-                    routes.append(("ImageFolder, local disk", "local", False))
-                    if round_ % 2:
-                        routes.reverse()
-                    for label, backend, warm_first in routes:
-                        warm_s = ""
-                        if backend == "local":
-                            figures = _epochs(lambda: _loader(ImageFolder(local, loader=_read_image), args.workers,
-                                                              args.batch))
-                        elif backend is None:
-                            dataset = _S3Images(settings, "s3://mountctl/std/train/", classes)
-                            figures = _epochs(lambda d=dataset: _loader(d, args.workers, args.batch))
-                        else:
-                            spec = MountSpec(uri="s3://mountctl/std/", mount_dir=os.path.join(home, "mnt"),
-                                             backend=backend, cache_dir=os.path.join(home, "cache"),
-                                             cache_size_mb=1024)
-                            with Mount(spec, settings=settings) as mount:
-                                root = os.path.join(mount.path, "train")
-                                warmer = Warmer(mount.path).start() if warm_first else None  # beside the loader
-                                folder = ImageFolder(root, loader=_read_image)
-                                figures = _epochs(lambda d=folder: _loader(d, args.workers, args.batch))
-                                if warmer is not None:
-                                    warm_s = f" (warm: {warmer.wait().summary()})"
-                        print(f"{label}: " + ", ".join(f"epoch {e + 1}: first batch {f}s, {r} samples/s"
-                                                       for e, (f, r) in enumerate(figures)) + warm_s, flush=True)
-        finally:
-            server.stop()
+    with scratch_server("std-loaders-") as (home, server, direct, s3):
+        classes = [f"n{c:08d}" for c in range(args.classes)]
+        local = os.path.join(home, "local", "train")  # the same tree on local disk, the epoch-2 yardstick
+        for c, name in enumerate(classes):
+            os.makedirs(os.path.join(local, name))
+            for i in range(args.per_class):
+                body = _jpeg(c * 100_000 + i)
+                s3.put_object(Bucket="mountctl", Key=f"std/train/{name}/{i:05d}.JPEG", Body=body)
+                with open(os.path.join(local, name, f"{i:05d}.JPEG"), "wb") as f:
+                    f.write(body)
+        with FarProxy(direct.endpoint_url or "", os.path.join(home, "far"), FarProfile()) as endpoint:
+            settings = dataclasses.replace(direct, endpoint_url=endpoint)
+            for name, value in server.env().items():
+                os.environ[name] = value
+            os.environ["AWS_ENDPOINT_URL"] = endpoint
+            for round_ in range(args.rounds):
+                routes: list[tuple[str, str | None, bool]] = [
+                    (f"ImageFolder, mount {backend}{' + warm' if warm_first else ''}", backend, warm_first)
+                    for backend in args.backend or ["rclone", "s3fs"] for warm_first in (False, True)]
+                routes.append(("S3MapDataset (s3torchconnector)", None, False))
+                routes.append(("ImageFolder, local disk", "local", False))
+                if round_ % 2:
+                    routes.reverse()
+                for label, backend, warm_first in routes:
+                    warm_s = ""
+                    if backend == "local":
+                        figures = _epochs(lambda: _loader(ImageFolder(local, loader=_read_image), args.workers,
+                                                          args.batch))
+                    elif backend is None:
+                        dataset = _S3Images(settings, "s3://mountctl/std/train/", classes)
+                        figures = _epochs(lambda d=dataset: _loader(d, args.workers, args.batch))
+                    else:
+                        spec = MountSpec(uri="s3://mountctl/std/", mount_dir=os.path.join(home, "mnt"),
+                                         backend=backend, cache_dir=os.path.join(home, "cache"),
+                                         cache_size_mb=1024)
+                        with Mount(spec, settings=settings) as mount:
+                            root = os.path.join(mount.path, "train")
+                            warmer = Warmer(mount.path).start() if warm_first else None  # beside the loader
+                            folder = ImageFolder(root, loader=_read_image)
+                            figures = _epochs(lambda d=folder: _loader(d, args.workers, args.batch))
+                            if warmer is not None:
+                                warm_s = f" (warm: {warmer.wait().summary()})"
+                    print(f"{label}: " + ", ".join(f"epoch {e + 1}: first batch {f}s, {r} samples/s"
+                                                   for e, (f, r) in enumerate(figures)) + warm_s, flush=True)
     print("load average:", open("/proc/loadavg").read().strip())
 
 

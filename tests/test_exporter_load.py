@@ -17,6 +17,7 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
 import psutil
+from child_processes import stop_child
 
 import mountctl
 
@@ -134,12 +135,7 @@ def test_fifty_scrapes_beside_twenty_idle_connections_answer_in_time_and_fork_no
         finally:
             for connection in idle:
                 connection.close()
-            exporter.terminate()
-            try:
-                exporter.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                exporter.kill()
-                exporter.wait(timeout=5)
+            stop_child(exporter, grace_s=10, kill_wait_s=5)
 
 
 def _closed(connection: socket.socket) -> bool:

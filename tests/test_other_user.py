@@ -18,6 +18,7 @@ import time
 import uuid
 
 import pytest
+from child_processes import stop_child
 
 from mountctl.backends import BACKENDS
 from mountctl.health import mount_health
@@ -77,12 +78,7 @@ def mounted_by_another_user(s3_env, s3):
                 time.sleep(0.1)
             yield mount_dir, child.pid, user.pw_uid
         finally:
-            child.terminate()
-            try:
-                child.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                child.kill()
-                child.wait(timeout=10)
+            stop_child(child, grace_s=15, kill_wait_s=10)
             if find_mount(mount_dir) is not None:
                 subprocess.run(["umount", "-l", mount_dir], capture_output=True, timeout=15)
             shutil.rmtree(top, ignore_errors=True)

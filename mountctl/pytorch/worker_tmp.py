@@ -8,7 +8,8 @@ DataLoader dropped mid-way, the interpreter exiting) or a run killed outright
 leaves it in /tmp.  Inside ``worker_tempdir()`` every worker forked by this
 process uses one directory named after it, removed when the block ends;
 directories of processes that no longer exist are removed when the next one
-starts.
+starts.  Workers that outlive the block (a worker's error ended the run) keep
+the directory until they are gone.
 """
 
 from __future__ import annotations
@@ -66,4 +67,17 @@ def worker_tempdir() -> Iterator[str]:
             config.pop("tempdir", None)
         else:
             config["tempdir"] = previous
+        _remove_when_workers_are_gone(path)
+
+
+def _remove_when_workers_are_gone(path: str) -> None:
+    """Workers still alive (a worker's error ended the run while a trainer still holds their iterator) remove
+    their own sockets from ``path`` when they exit; removing it under them made each print a FileNotFoundError
+    traceback at its exit.  So ``path`` goes now if no worker is left, else at this process's exit, after
+    multiprocessing has ended its children (exit priority below theirs; a crash leaves it to ``sweep_stale``)."""
+    if not multiprocessing.active_children():
         shutil.rmtree(path, ignore_errors=True)
+        return
+    from multiprocessing.util import Finalize
+
+    Finalize(None, shutil.rmtree, args=(path,), kwargs={"ignore_errors": True}, exitpriority=-100)

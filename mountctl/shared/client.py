@@ -212,8 +212,10 @@ def acquire(spec: MountSpec, *, settings: S3Settings | None = None, pinned: bool
         track(handle)
     try:
         _wait_until_ready(spec, registry)
-    except BaseException:
-        handle.release(wait=False)
+    except BaseException as exc:
+        # Interrupted (Ctrl-C, SIGTERM), the caller goes on to stop what the mount reads from (the embedded S3, a
+        # proxy): wait (bounded) until the supervisor has taken the mount down, so no mount outlives its store.
+        handle.release(wait=not isinstance(exc, Exception))
         raise
     ready = registry.read(spec.mount_dir)
     if ready is not None and ready.cache_note:  # the supervisor's log is not where the user looks

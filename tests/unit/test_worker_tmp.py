@@ -47,3 +47,46 @@ def test_the_directory_of_a_killed_run_is_swept_and_a_live_ones_is_kept(tmp_path
         directory.mkdir()
     assert sweep_stale(str(tmp_path)) == [stale.name]
     assert not stale.exists() and live.exists() and other.exists()
+
+
+# A worker that outlives the block, as a DataLoader's workers do when a worker's error ends the run: the
+# iterator that holds them is freed only after the error has left the block (a trainer's data fetcher holds
+# it), and each worker then removes the socket its resource sharer made in the shared dir.
+_WORKER_OUTLIVES_THE_BLOCK = """
+import multiprocessing, os, sys, time
+from multiprocessing.connection import Listener
+
+from mountctl.pytorch.worker_tmp import worker_tempdir
+
+
+def worker(stop):
+    global listener  # held to the end, as the resource sharer holds it; multiprocessing removes it at exit
+    listener = Listener()  # what a worker's resource sharer opens to pass a tensor: a socket in the temp dir
+    stop.wait(60)
+
+
+if __name__ == "__main__":
+    context = multiprocessing.get_context("fork")
+    stop = context.Event()
+    with worker_tempdir() as path:
+        child = context.Process(target=worker, args=(stop,), daemon=True)
+        child.start()
+        deadline = time.monotonic() + 60
+        while not os.listdir(path):
+            assert child.is_alive() and time.monotonic() < deadline, "the worker made no socket"
+            time.sleep(0.01)
+    stop.set()
+    child.join(60)
+    print(path)
+    print("train: error: a worker failed", file=sys.stderr)
+    sys.exit(1)
+"""
+
+
+def test_a_worker_that_outlives_the_block_ends_without_a_traceback_and_the_dir_goes_at_exit():
+    """A real forked worker with multiprocessing's own listener (no DataLoader needed to make the case)."""
+    done = subprocess.run([sys.executable, "-c", _WORKER_OUTLIVES_THE_BLOCK], capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "PYTHONPATH": os.getcwd()})
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.splitlines() == ["train: error: a worker failed"], done.stderr
+    assert not os.path.exists(done.stdout.strip()), "the workers' temp dir outlived the run"

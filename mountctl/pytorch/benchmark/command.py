@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
+import sys
 from typing import Any
 
 from mountctl import BACKEND_NAMES, InvalidSpec
@@ -127,6 +129,17 @@ def _node(args: argparse.Namespace) -> int:
 
 
 def run_bench(args: argparse.Namespace) -> int:
+    """SIGTERM (a scheduler, ``kill``, ``timeout``) takes Ctrl-C's way out once the run holds anything (a mount,
+    the embedded S3): every ``with`` and ``finally`` stops what it started, then one line and exit 143."""
+    try:
+        return _run_bench(args)
+    except SystemExit as exc:
+        if exc.code in (128 + signal.SIGTERM, 128 + signal.SIGHUP):  # mountctl's way out on those signals
+            print(f"resnet.py bench: stopped by {signal.Signals(exc.code - 128).name}", file=sys.stderr, flush=True)
+        raise
+
+
+def _run_bench(args: argparse.Namespace) -> int:
     if args.suite == "mlperf":
         from mountctl.pytorch.benchmark.mlperf import run_mlperf_command
 

@@ -41,7 +41,8 @@ class Watched(Protocol):
 
 
 class Watchdog:
-    """A daemon thread: every ``interval_s`` check health; on failure recover, backing off 0.5 s to 30 s.
+    """A daemon thread: every ``interval_s`` check health; on failure recover, backing off ``first_backoff_s``
+    (0.5 s), doubling up to 30 s.
 
     It gives up after ``max_restarts`` recovery tries within ``restart_window_s``.
 
@@ -51,11 +52,13 @@ class Watchdog:
     """
 
     def __init__(self, watched: Watched, *, interval_s: float = WATCHDOG_INTERVAL_S, max_restarts: int = MAX_RESTARTS,
-                 restart_window_s: float = RESTART_WINDOW_S, name: str = "mountctl-watchdog") -> None:
+                 restart_window_s: float = RESTART_WINDOW_S, name: str = "mountctl-watchdog",
+                 first_backoff_s: float = 0.5) -> None:
         self.watched = watched
         self.interval_s = interval_s
         self.max_restarts = max_restarts
         self.restart_window_s = restart_window_s
+        self.first_backoff_s = first_backoff_s
         self._tries: deque[float] = deque()  # when each recovery try began, within the window
         self.last_error = ""
         self._stop = threading.Event()
@@ -100,7 +103,7 @@ class Watchdog:
 
     def _recover(self) -> bool:
         """Try until the mount is back (True) or we stop or give up (False)."""
-        backoff = 0.5
+        backoff = self.first_backoff_s
         while not self._stop.is_set():
             now = time.monotonic()
             while self._tries and now - self._tries[0] > self.restart_window_s:

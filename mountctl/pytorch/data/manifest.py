@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from mountctl import BucketNotFound, InvalidSpec, S3Settings, parse_s3_uri
@@ -46,6 +46,11 @@ Member = tuple[int, int, int, int, int | None]
 def index_hint(uri: str) -> str:
     """The fix for a user's data whose index is missing or stale: never ``make``, which would write into it."""
     return f"index it with `python resnet.py index {uri or 'URI'}` (add --index-out PATH if the prefix is read-only)"
+
+
+def _fields_of(record: Any, leave: tuple[str, ...] = ()) -> dict[str, Any]:
+    """A frozen dataclass's fields as a dict, shallow: its values are already JSON-ready."""
+    return {f.name: getattr(record, f.name) for f in fields(record) if f.name not in leave}
 
 
 @dataclass(frozen=True)
@@ -148,10 +153,11 @@ class Manifest:
         ``base`` prefixes each shard's name: "" beside the data (wids resolves names against the
         index's own location), the data's ``s3://`` URI when the index lives elsewhere.
         """
-        own = {k: v for k, v in asdict(self).items() if k not in ("shards", "files")}
-        own["shards"] = [{k: v for k, v in asdict(s).items() if k not in ("name", "samples", "bytes", "first_index")}
-                         for s in self.shards]
-        own["files"] = [asdict(f) for f in self.files]
+        # Field by field, not dataclasses.asdict: that deep-copies every shard's member table (8.8 s for
+        # 10,000 shards on a busy 2-core machine), and the values are JSON-ready as they are.
+        own = _fields_of(self, leave=("shards", "files"))
+        own["shards"] = [_fields_of(s, leave=("name", "samples", "bytes", "first_index")) for s in self.shards]
+        own["files"] = [_fields_of(f) for f in self.files]
         return {"__kind__": WIDS_KIND, "wids_version": 1,
                 "shardlist": [{"url": base + s.name, "nsamples": s.samples, "filesize": s.bytes} for s in self.shards],
                 "mountctl": own}
@@ -185,7 +191,9 @@ class Manifest:
         return manifest, base + "/" if base else ""
 
     def to_json(self) -> str:
-        data = asdict(self)
+        data = _fields_of(self, leave=("shards", "files"))
+        data["shards"] = [_fields_of(s) for s in self.shards]
+        data["files"] = [_fields_of(f) for f in self.files]
         data["total_bytes"] = self.total_bytes
         return json.dumps(data, indent=1)
 

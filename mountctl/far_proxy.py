@@ -153,11 +153,12 @@ def render_config(profile: FarProfile, *, upstream: str, port: int, workdir: str
                   log_requests: bool = False) -> str:
     """nginx.conf for one proxy: ``upstream`` is ``host:port`` of the S3 server.
 
-    ``log_requests`` writes one line per request (method, URI, status, bytes) to ``requests.log``,
-    unbuffered, so that a reader counts what a client really sent; off by default (it costs a write each).
+    ``log_requests`` writes one line per request (method, URI, status, bytes, client connection) to
+    ``requests.log``, unbuffered, so that a reader counts what a client really sent and sees which requests
+    shared one TCP connection (``$connection``, nginx's serial number); off by default (it costs a write each).
     """
     temp = os.path.join(workdir, _TEMP)
-    access = (f"log_format requests '$request_method $request_uri $status $body_bytes_sent';\n"
+    access = (f"log_format requests '$request_method $request_uri $status $body_bytes_sent $connection';\n"
               f"    access_log {os.path.join(workdir, _REQUESTS)} requests;") if log_requests else "access_log off;"
     lua = ""
     delay = ""
@@ -263,7 +264,7 @@ class FarProxy:
 
     @property
     def requests_path(self) -> str:
-        """The request log (``log_requests=True``): ``METHOD URI STATUS BYTES`` per line."""
+        """The request log (``log_requests=True``): ``METHOD URI STATUS BYTES CONNECTION`` per line."""
         return self._path(_REQUESTS)
 
     def state(self) -> dict[str, Any] | None:

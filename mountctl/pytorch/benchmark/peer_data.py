@@ -24,6 +24,7 @@ import json
 import os
 import shutil
 import tempfile
+import weakref
 import zlib
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -36,7 +37,7 @@ from mountctl.pytorch.errors import DatasetError
 
 __all__ = ["PEERS", "PEER_FORMATS", "PeerMissing", "SampleChecksum", "sample_digest", "peer_uri", "peer_env", "litdata_storage_options",
            "check_peers_installed", "source_fingerprint", "ensure_peer_data", "load_peer_marker", "MARKER_NAME",
-           "peer_data_base"]
+           "peer_data_base", "fresh_connections_after_fork"]
 
 PEERS = ("litdata", "streaming")  # the import name of each peer library
 PEER_FORMATS = {"litdata": "litdata-optimized/1", "streaming": "mds/1"}
@@ -133,6 +134,39 @@ def litdata_storage_options(settings: S3Settings) -> dict[str, Any]:
     options["config"] = Config(retries={"max_attempts": 10, "mode": "adaptive"},
                                s3={"addressing_style": "path" if settings.path_style else "auto"})
     return options
+
+
+# MosaicML Streaming's downloaders whose boto3 client a forked process must not inherit (see below).
+_PER_PROCESS_DOWNLOADERS: weakref.WeakSet[Any] = weakref.WeakSet()
+_AT_FORK_REGISTERED = [False]
+
+
+def _forget_inherited_clients() -> None:
+    for downloader in list(_PER_PROCESS_DOWNLOADERS):
+        downloader.clean_up()  # the next download makes a client, and connections, of this process's own
+
+
+def fresh_connections_after_fork(dataset: Any) -> Any:
+    """Make every process forked from this one (DataLoader workers) open its own connections for ``dataset``.
+
+    A MosaicML Streaming ``StreamingDataset`` (streaming-community 0.14) keeps one boto3 client per
+    stream, made when it reads index.json in the opening process.  Pickling drops that client
+    (spawned workers are safe), but fork copies it with its pool of keep-alive connections, so the
+    first request of every worker goes into the one TCP connection the parent opened: the workers
+    read parts of each other's responses.  On the far store that cost a worker 60 s (botocore's
+    read timeout, then a retry) or cached a shard whose bytes did not match its index.  The
+    library's own ``clean_up()`` drops the client; here it runs in each forked child.
+    """
+    downloaders = [getattr(stream, "_downloader", None) for stream in getattr(dataset, "streams", None) or []]
+    if not downloaders or not all(callable(getattr(d, "clean_up", None)) for d in downloaders):
+        raise DatasetError("MosaicML Streaming's dataset has no streams with a downloader that has clean_up(): this "
+                           "is not the version pinned in requirements.txt, and its DataLoader workers could share "
+                           "one S3 connection; install the pinned streaming-community")
+    _PER_PROCESS_DOWNLOADERS.update(downloaders)
+    if not _AT_FORK_REGISTERED[0]:
+        os.register_at_fork(after_in_child=_forget_inherited_clients)
+        _AT_FORK_REGISTERED[0] = True
+    return dataset
 
 
 # -- checksum -----------------------------------------------------------------------------

@@ -29,6 +29,7 @@ from mountctl.pytorch.benchmark.peer_cleanup import remove_streaming_segments
 from mountctl.pytorch.benchmark.peer_data import (
     PEERS,
     SampleChecksum,
+    fresh_connections_after_fork,
     litdata_storage_options,
     peer_env,
     peer_uri,
@@ -63,7 +64,9 @@ def _open_streaming(uri: str, cache: str, settings: S3Settings, *, batch_size: i
     from streaming import StreamingDataset
 
     # batch_size lets it split samples over workers batch by batch, as its docs ask of a DataLoader user.
-    return StreamingDataset(remote=uri, local=cache, shuffle=True, shuffle_seed=seed, batch_size=batch_size)
+    dataset = StreamingDataset(remote=uri, local=cache, shuffle=True, shuffle_seed=seed, batch_size=batch_size)
+    # Forked workers would share the parent's S3 connection (a 60 s stall, corrupt shards): peer_data says why.
+    return fresh_connections_after_fork(dataset)
 
 
 _OPENERS: dict[str, Callable[..., Any]] = {"litdata": _open_litdata, "streaming": _open_streaming}

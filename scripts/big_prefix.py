@@ -32,6 +32,7 @@ import dataclasses
 import json
 import math
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -62,6 +63,7 @@ PROBE_MAX_KEYS = 2  # a LIST asking for this few keys checks that something exis
 
 # ``resnet.py train`` unchanged, plus one clock reading: the wall time of its first batch, on stderr.
 _FIRST_BATCH = "first-batch-at "
+_FIRST_BATCH_LINE = re.compile(_FIRST_BATCH + r"(\d+\.\d+)")  # another line may end up joined to it
 _TRAIN = f"""
 import sys, time
 from mountctl.pytorch.training import throughput
@@ -165,28 +167,33 @@ def train_route(route: Route, uri: str, index: str, env: dict[str, str], request
     at_first: list[int] = []
     first_at: list[float] = []
     errors: list[str] = []
-    launched = time.time()
-    child = subprocess.Popen(argv, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    with tempfile.TemporaryFile("w+") as stdout:
+        launched = time.time()
+        child = subprocess.Popen(argv, env=env, cwd=REPO, stdout=stdout, stderr=subprocess.PIPE, text=True)
 
-    def watch_stderr() -> None:
-        assert child.stderr is not None
-        for line in child.stderr:
-            if line.startswith(_FIRST_BATCH) and not first_at:
-                first_at.append(float(line[len(_FIRST_BATCH):]))
-                at_first.append(len(log_lines(requests_log)))  # what the store had answered by then
-            else:
+        def watch_stderr() -> None:
+            # The only reader of stderr (communicate() would take lines from it), to its end: a full pipe
+            # would stall the child.
+            assert child.stderr is not None
+            for line in child.stderr:
+                found = _FIRST_BATCH_LINE.search(line)
+                if found and not first_at:
+                    first_at.append(float(found.group(1)))
+                    at_first.append(len(log_lines(requests_log)))  # what the store had answered by then
                 errors.append(line)
 
-    reader = threading.Thread(target=watch_stderr, daemon=True)
-    reader.start()
-    try:
-        out, _ = child.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        child.kill()
-        child.communicate(timeout=30)
-        raise SystemExit(f"{route.name}: train did not finish within {timeout_s:g}s") from None
-    finished = time.time()
-    reader.join(timeout=10)
+        reader = threading.Thread(target=watch_stderr, daemon=True)
+        reader.start()
+        try:
+            child.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait(timeout=30)
+            raise SystemExit(f"{route.name}: train did not finish within {timeout_s:g}s") from None
+        finished = time.time()
+        reader.join(timeout=30)
+        stdout.seek(0)
+        out = stdout.read()
     if child.returncode != 0 or not out.strip():
         raise SystemExit(f"{route.name}: train exited with {child.returncode}: {''.join(errors)[-3000:]}")
     summary = json.loads(out.strip().splitlines()[-1])
@@ -315,7 +322,7 @@ def main() -> int:
         results: dict[str, Any] = {"far_profile": proxy.profile.to_dict(), "shards": args.shards,
                                    "tree_objects": args.tree, "steps": args.steps, "workers": args.workers,
                                    "batch_size": args.batch_size, "upload_s": round(time.monotonic() - started, 1)}
-        datasets = {"shards": (f"s3://{BUCKET}/{SHARDS_PREFIX}", one_pass_pages(args.shards + 1)),
+        datasets = {"shards": (f"s3://{BUCKET}/{SHARDS_PREFIX}", one_pass_pages(args.shards)),
                     "tree": (f"s3://{BUCKET}/{TREE_PREFIX}", one_pass_pages(args.tree, TREE_CLASSES))}
         wanted = {name.strip() for name in args.routes.split(",") if name.strip()}
         for name, (uri, pass_pages) in datasets.items():

@@ -462,7 +462,11 @@ class Mount:
             entry = find_mount(self.path)
             if entry is not None and self._backend.owns(entry):
                 remaining = deadline - time.monotonic()
-                probe = probe_path(self.path, max(0.1, min(remaining, self.spec.probe_timeout_s * 2)))
+                # No listing: the lookup of a name that cannot exist already asks the store through the
+                # program.  A listing of the root is a LIST of the whole prefix, and s3fs then HEADs every
+                # object in it (300 shards: one more LIST and ~300 HEADs before the mount was ready).
+                probe = probe_path(self.path, max(0.1, min(remaining, self.spec.probe_timeout_s * 2)),
+                                   list_dir=False)
                 if probe.ok:
                     return
                 last = f"mounted, but reading it failed: {probe.error}"

@@ -29,6 +29,7 @@ import sys
 import tarfile
 import tempfile
 import time
+from collections.abc import Iterable
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -45,9 +46,29 @@ def _tar(samples: list[tuple[str, bytes, int]]) -> bytes:
     return out.getvalue()
 
 
-def _upload(client, bucket: str, items: list[tuple[str, bytes]], threads: int = 16) -> None:
+def _upload(client, bucket: str, items: Iterable[tuple[str, bytes]], threads: int = 16) -> None:
     with concurrent.futures.ThreadPoolExecutor(threads) as pool:
         list(pool.map(lambda item: client.put_object(Bucket=bucket, Key=item[0], Body=item[1]), items))
+
+
+def small_jpeg() -> bytes:
+    """A real JPEG of 32 x 32 px (about 1 KiB), so that a trainer can decode the same data the indexer reads."""
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.frombytes("RGB", (32, 32), bytes(range(256)) * 12).save(out, format="JPEG", quality=90)
+    return out.getvalue()
+
+
+SHARDS_PREFIX, TREE_PREFIX, TREE_CLASSES = "tiny/", "tree/", 100
+
+
+def upload_scale_data(client, bucket: str, *, shards: int, tree: int, image: bytes) -> None:
+    """The two big prefixes: ``shards`` tiny shards of 2 samples each, and a ``tree`` of one object per sample in
+    ``TREE_CLASSES`` class folders (ImageFolder's layout).  The count is the load: every object is small."""
+    _upload(client, bucket, ((f"{SHARDS_PREFIX}train-{n:06d}.tar", _tar([(f"s{n}-{k}", image, k) for k in range(2)]))
+                             for n in range(shards)))
+    _upload(client, bucket, ((f"{TREE_PREFIX}c{n % TREE_CLASSES:03d}/img{n:07d}.jpg", image) for n in range(tree)))
 
 
 # The indexer alone: `resnet.py`'s parser also builds the bench's arguments, which import torch (~0.5 GB of RSS
@@ -57,7 +78,7 @@ _INDEX = ("import json, sys; from mountctl import resolve; "
           "print(json.dumps(index_data(IndexConfig(**json.loads(sys.argv[1])), resolve(), progress=None)))")
 
 
-def _run_indexed(env: dict[str, str], **config: object) -> dict:
+def run_indexed(env: dict[str, str], **config: object) -> dict:
     """One indexing run in a child of its own; its summary carries its peak RSS (VmHWM of its own memory)."""
     argv = [sys.executable, "-c", _INDEX, json.dumps(config)]
     done = subprocess.run(argv, capture_output=True, env=env, cwd=REPO, timeout=3600, check=False)
@@ -96,22 +117,19 @@ def main() -> int:
                "AWS_ACCESS_KEY_ID": far.access_key_id or "", "AWS_SECRET_ACCESS_KEY": far.secret_access_key or "",
                "AWS_REGION": far.region or "us-east-1"}
         env.pop("AWS_ENDPOINT_URL_S3", None)
-        image = bytes(range(256)) * 4  # 1 KiB "images": the shards are tiny on purpose, the count is the load
+        image = small_jpeg()  # the shards are tiny on purpose: the count is the load
         started = time.monotonic()
-        _upload(direct, "scale", [(f"tiny/train-{n:06d}.tar", _tar([(f"s{n}-{k}", image, k) for k in range(2)]))
-                                  for n in range(args.shards)])
+        upload_scale_data(direct, "scale", shards=args.shards, tree=args.tree, image=image)
         big = os.urandom(4 << 20)
         _upload(direct, "scale", [(f"big/train-{n:06d}.tar", _tar([(f"b{n}-{k}", big, k) for k in range(4)]))
                                   for n in range(4)], threads=4)
-        classes = 100
-        _upload(direct, "scale", [(f"tree/c{n % classes:03d}/img{n:07d}.jpg", image) for n in range(args.tree)])
         uploaded_s = time.monotonic() - started
         results: dict = {"far_profile": profile.to_dict(), "jobs": args.jobs, "upload_s": round(uploaded_s, 1)}
-        for name, uri in (("tiny_shards", "s3://scale/tiny/"), ("large_image_shards", "s3://scale/big/")):
-            results[name] = {mode: _keep(_run_indexed(env, uri=uri, read=mode, jobs=args.jobs,
+        for name, uri in (("tiny_shards", f"s3://scale/{SHARDS_PREFIX}"), ("large_image_shards", "s3://scale/big/")):
+            results[name] = {mode: _keep(run_indexed(env, uri=uri, read=mode, jobs=args.jobs,
                                                       index_out=os.path.join(home, f"{name}-{mode}.json")))
                              for mode in ("stream", "headers", "auto")}
-        results["class_tree"] = _keep(_run_indexed(env, uri="s3://scale/tree/",
+        results["class_tree"] = _keep(run_indexed(env, uri=f"s3://scale/{TREE_PREFIX}",
                                                    index_out=os.path.join(home, "tree.json")))
         text = open(os.path.join(home, "tiny_shards-auto.json"), "rb").read()
         loads = []

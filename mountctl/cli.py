@@ -53,7 +53,7 @@ def _parser() -> argparse.ArgumentParser:
     m.add_argument("uri", help="s3://bucket/ or s3://bucket/prefix/")
     m.add_argument("dir", help="mount directory (created if missing; must be empty)")
     m.add_argument("--backend", default="auto", choices=BACKEND_NAMES,
-                   help="mount program; auto = mount-s3, else s3fs, else rclone, the order measured in BENCHMARKS.md (default: auto)")
+                   help="mount program; auto = mount-s3, else rclone, else s3fs, the order measured in BENCHMARKS.md (default: auto)")
     m.add_argument("--read-write", action="store_true", help="allow writes (default: read-only)")
     m.add_argument("--cache-dir", help="local cache directory (enables the program's data cache, in a private "
                    "subdirectory of its own, removed at unmount)")

@@ -19,7 +19,7 @@ from mountctl.pytorch.benchmark.mlperf import (
     mount_routes,
     search_accelerators,
 )
-from mountctl.pytorch.benchmark.report import mlperf_markdown
+from mountctl.pytorch.benchmark.report import mlperf_markdown, write_mlperf_report
 
 UNET3D, IMAGES = SCALES["full"]
 
@@ -128,17 +128,22 @@ def test_kept_table_gives_each_route_its_ratio_to_local_disk():
     assert mount["accelerators_kept"] == 1 and mount["x_local_disk"] == 0.5 and mount["au_pct"] == 96.0
 
 
-def test_report_section_speaks_mlperf_storage_terms():
-    runs = [_run(1, 99.0), _run(2, 80.0), {"workload": "unet3d", "route": "s3 (DLIO)", "store": "far",
-                                           "status": "not possible: no S3 reader"}]
-    result = {"started": "2026-11-24T00:00:00+00:00", "seconds": 1.0, "au_target_pct": AU_TARGET,
+def _result(runs: list[dict]) -> dict:
+    return {"started": "2026-11-24T00:00:00+00:00", "seconds": 1.0, "au_target_pct": AU_TARGET,
               "machine": {"cpu_count": 2, "load_average": [1.0, 1.0, 1.0], "load_average_end": [1.0, 1.0, 1.0]},
               "stores": {"far": {"endpoint": "http://127.0.0.1:1", "latency_ms": 20.0, "rate_mb_s": 50.0}},
               "workloads": [{"name": "unet3d", "config": "unet3d_h100", "batch_size": 7, "computation_time": 0.323,
                              "samples_per_s_asked": 21.7, "files": 8, "record_bytes": 1024, "read_threads": 1,
                              "epochs": 1}],
               "runs": runs, "kept": kept_table(runs)}
-    text = mlperf_markdown(result)
+
+
+RUNS = [_run(1, 99.0), _run(2, 80.0), {"workload": "unet3d", "route": "s3 (DLIO)", "store": "far",
+                                      "status": "not possible: no S3 reader"}]
+
+
+def test_report_section_speaks_mlperf_storage_terms():
+    text = mlperf_markdown(_result(RUNS))
     assert "Accelerators kept at AU >= 90 %" in text
     assert "| unet3d | - | local-disk | 1 | 99.0 |" in text
     assert "s3 (DLIO): not possible" in text
@@ -148,3 +153,11 @@ def test_each_program_is_measured_plain_and_with_its_cache_warmed_ahead():
     assert mount_routes(("rclone", "s3fs"), True) == ["mount/rclone", "mount/rclone+warm", "mount/s3fs",
                                                       "mount/s3fs+warm"]
     assert mount_routes(("rclone",), False) == ["mount/rclone"]
+
+
+def test_the_report_writes_the_table_the_runs_and_a_chart(tmp_path):
+    paths = write_mlperf_report(_result(RUNS), str(tmp_path))
+    assert sorted(paths) == ["json", "md", "png"]
+    with open(paths["png"], "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+    assert json.loads(open(paths["json"]).read())["files"]["png"] == paths["png"]

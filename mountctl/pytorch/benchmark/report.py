@@ -248,13 +248,38 @@ def mlperf_markdown(result: dict[str, Any]) -> str:
     return "\n\n".join(parts) + "\n"
 
 
+def _mlperf_chart(result: dict[str, Any], path: str) -> None:
+    """One panel per workload: accelerators each route keeps at the AU target, labelled with the AU there."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only: no display on a server
+    import matplotlib.pyplot as plt
+
+    workloads = sorted({r["workload"] for r in result["kept"]}) or ["-"]
+    figure, axes = plt.subplots(len(workloads), 1, squeeze=False, figsize=(9, 1.2 + 2.8 * len(workloads)))
+    for axis, workload in zip(axes[:, 0], workloads, strict=True):
+        rows = [r for r in result["kept"] if r["workload"] == workload]
+        labels = [f"{r['route']} ({r['store']})" if r["store"] != "-" else r["route"] for r in rows]
+        kept = [r["accelerators_kept"] for r in rows]
+        bars = axis.barh(labels, kept, color="tab:blue")
+        for bar, row in zip(bars, rows, strict=True):
+            axis.text(bar.get_width(), bar.get_y() + bar.get_height() / 2, f" AU {row['au_pct']} %", va="center")
+        axis.invert_yaxis()
+        axis.set_xlabel(f"accelerators kept at AU >= {result['au_target_pct']:g} %")
+        axis.set_title(f"{workload}: DLIO through each route (local disk is the reference)")
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+
+
 def write_mlperf_report(result: dict[str, Any], out: str) -> dict[str, str]:
-    """``mlperf-<stamp>.json`` (every run) and ``.md`` (the table) under ``out``; return their paths."""
+    """``mlperf-<stamp>.json`` (every run), ``.md`` (the table) and ``.png`` (the chart) under ``out``."""
     os.makedirs(out, exist_ok=True)
     stamp = result["started"].replace(":", "").replace("+0000", "Z")
-    paths = {kind: os.path.join(out, f"mlperf-{stamp}.{kind}") for kind in ("json", "md")}
+    paths = {kind: os.path.join(out, f"mlperf-{stamp}.{kind}") for kind in ("json", "md", "png")}
     with open(paths["json"], "w", encoding="utf-8") as f:
         json.dump({**result, "files": paths}, f, indent=1)
     with open(paths["md"], "w", encoding="utf-8") as f:
         f.write(mlperf_markdown(result))
+    _mlperf_chart(result, paths["png"])
     return paths

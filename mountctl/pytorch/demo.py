@@ -140,6 +140,40 @@ def comparison_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(rendered)
 
 
+_WHOLE_EPOCH_COLUMNS = (("train", 0, "train img/s epoch 1"), ("train", 1, "train img/s epoch 2"),
+                        ("loader", 0, "loader img/s epoch 1"), ("loader", 1, "loader img/s epoch 2"))
+
+
+def mount_verdict(rows: list[dict[str, Any]]) -> str:
+    """One line under the table: is the mount first in every whole-epoch column, and where not, by how much.
+
+    Empty when the run had no mount or nothing to compare it with.
+    """
+    def figure(row: dict[str, Any], part: str, index: int) -> float | None:
+        source = row.get("summary") if part == "train" else row.get("bench")
+        epochs = (source or {}).get("epochs", [])
+        value = epochs[index].get("epoch_images_per_s") if index < len(epochs) else None
+        return float(value) if value is not None else None
+
+    mount = next((r for r in rows if r["kind"] == "mountpoint"), None)
+    others = [r for r in rows if r["kind"] != "mountpoint"]
+    if mount is None or not others:
+        return ""
+    behind = []
+    for part, index, column in _WHOLE_EPOCH_COLUMNS:
+        ours = figure(mount, part, index)
+        theirs = [(v, r["kind"]) for r in others if (v := figure(r, part, index)) is not None]
+        if ours is None or not theirs:
+            continue
+        best, kind = max(theirs)
+        if ours < best:
+            behind.append(f"{column} {ours:.1f} against {kind}'s {best:.1f} ({ours / best:.2f} x)")
+    if not behind:
+        return "The mount is first in every whole-epoch column."
+    return ("The mount is not first in: " + "; ".join(behind) + ". An epoch this short is mostly its first batch "
+            "(the first-batch columns); BENCHMARKS.md has the same routes over whole epochs of larger datasets.")
+
+
 def _store_words(store: str, profile: FarProfile) -> str:
     if store == "far":
         return (f"the far store (a proxy before this endpoint adding {profile.latency_ms:g} ms per request and "
@@ -177,4 +211,6 @@ def run_demo(config: DemoConfig, *, out: TextIO | None = None) -> list[dict[str,
                          "wall_s": time.monotonic() - started, "store": store})
     print(f"\nwhole epochs through {_store_words(store, profile)} (time to the first batch, then images/s over "
           f"the epoch; the rates after warm-up last):\n" + comparison_table(rows), file=out, flush=True)
+    if verdict := mount_verdict(rows):
+        print(f"\n{verdict}", file=out, flush=True)
     return rows

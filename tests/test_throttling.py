@@ -44,6 +44,7 @@ def throttling(local_s3, tmp_path_factory):
     os.environ.update(local_s3.env())
     try:
         make_tiny_dataset(uri, num_images=IMAGES, image_size=32, shard_size="8KB")
+        make_tiny_dataset(uri + FEW_SHARDS, num_images=IMAGES, image_size=32, shard_size="48KB")
     finally:
         os.environ.clear()
         os.environ.update(saved)
@@ -76,19 +77,21 @@ def test_the_proxy_answers_a_share_of_reads_with_s3s_slowdown(throttling):
     assert set(codes) == {"ok", "SlowDown"}, codes
 
 
-S3FS_OPEN = ("s3fs-fuse 1.90 waits seconds (growing) after each 503 and lists a directory with one HEAD per "
-             "object: at 30 % SlowDown the mount's first listing outlasts every probe (issue #26 item 7, open)")
+# s3fs-fuse 1.90 (Debian's) sleeps 4 << n seconds before its n-th retry of a 503, a schedule no flag changes: at
+# 30 % SlowDown that is about 3 s of sleep per request on average (0.3 x 4 + 0.09 x 8 + 0.027 x 16 + ...).  It
+# backs off and delivers, but through ~100 requests that is minutes, so its case reads the same 64 samples from
+# a few larger shards (about 10 requests); docs/reliability.md has the arithmetic.
+FEW_SHARDS = "few/"
 
 
-@pytest.mark.parametrize("kind,backend", [("mountpoint", "rclone"),
-                                          pytest.param("mountpoint", "s3fs",
-                                                       marks=pytest.mark.xfail(reason=S3FS_OPEN, run=False)),
+@pytest.mark.parametrize("kind,backend", [("mountpoint", "rclone"), ("mountpoint", "s3fs"),
                                           ("s3io", "auto"), ("fsspec", "auto")],
                          ids=["mountpoint-rclone", "mountpoint-s3fs", "s3io", "fsspec"])
 def test_every_sample_arrives_once_through_a_throttling_store(kind, backend, throttling, mount_root):
     if kind == "mountpoint":
         require_fuse()
     settings, uri = throttling
+    uri = uri + FEW_SHARDS if backend == "s3fs" else uri
     manifest = load_manifest(settings, uri)
     seen: list[int] = []
     with open_source(kind, uri, settings, backend=backend, mount_dir=str(mount_root / "m")) as source:

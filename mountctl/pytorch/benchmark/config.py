@@ -156,9 +156,9 @@ class SweepConfig:
 # cell kind).  The far store only (the store shaped like S3; --store both adds the endpoint itself), one
 # dataset, the default worker count, every source kind, the peers' loader cells, training; no map-style or
 # checkpoint cells (--preset full has them; --suite checkpoint runs the checkpoint cells alone).
-# Estimated, not yet re-measured alone: the far store took 324 s of the 2026-11-23 quick run (then with map-style
-# and checkpoint cells too); docs/benchmarks-guide.md has the figures.
-QUICK_EXPECTED = "about 5 minutes on two idle CPU cores once its datasets exist (more on a fresh clone or a busy machine)"
+# Measured alone on two idle AMD EPYC cores, 2026-11-25: 77 cells in 194 s (202 s wall), datasets already made;
+# `--store both` took 416 s with the datasets made and converted in the run (BENCHMARKS.md, headline re-run).
+QUICK_EXPECTED = "about 3.5 minutes on two idle CPU cores once its datasets exist (more on a fresh clone or a busy machine)"
 PRESETS: dict[str, dict[str, object]] = {
     "full": {},
     "quick": {"num_workers": (2,), "shard_sizes": ("16MB",), "dataset_sizes": (2000,), "train_steps": 4,

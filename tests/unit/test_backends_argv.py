@@ -94,11 +94,11 @@ def test_s3fs_spells_ownership_as_options(tmp_path):
 
 @pytest.mark.parametrize(("installed", "chosen"), [
     (("mount-s3", "rclone", "s3fs"), "mount-s3"),
-    (("rclone", "s3fs"), "s3fs"),
+    (("rclone", "s3fs"), "rclone"),
     (("rclone",), "rclone"),
     (("s3fs",), "s3fs"),
 ])
-def test_auto_prefers_mount_s3_then_s3fs_then_rclone(monkeypatch, installed, chosen):
+def test_auto_prefers_mount_s3_then_rclone_then_s3fs(monkeypatch, installed, chosen):
     import mountctl.backends
 
     # Which programs are on PATH is a path lookup, not a component: answer it from the case.
@@ -111,7 +111,7 @@ def test_auto_without_any_program_names_all_three(monkeypatch):
     import mountctl.backends
 
     monkeypatch.setattr(mountctl.backends, "find_program", lambda program: None)
-    with pytest.raises(BackendNotFound, match="mount-s3, s3fs, rclone"):
+    with pytest.raises(BackendNotFound, match="mount-s3, rclone, s3fs"):
         choose_backend("auto")
 
 

@@ -173,10 +173,12 @@ def read_epochs(request: dict[str, Any], settings: S3Settings) -> list[dict[str,
             if not sizes:
                 raise DatasetError(f"{peer} yielded no batches in epoch {epoch} from {request['uri']}: its copy is "
                                    "empty or unreadable; re-run the bench to convert the dataset again")
-            usage = monitor.usage.to_dict()
+            # The share divides by the monitor's own seconds (never 0), not by the figure rounded for the row:
+            # a cached epoch of a tiny dataset lasts under 0.05 s, which rounds to 0.0.
+            usage = monitor.usage
             rows.append({"epoch": epoch, **_rates(request, marks, sizes, started, epoch_figures),
-                         **_checked(request, checksum, len(seen)), "cache_mb": _cache_mb(cache), **usage,
-                         "process_cpu_pct": round(100 * (_cpu_seconds() - cpu_before) / usage["seconds"], 1)})
+                         **_checked(request, checksum, len(seen)), "cache_mb": _cache_mb(cache), **usage.to_dict(),
+                         "process_cpu_pct": round(100 * (_cpu_seconds() - cpu_before) / usage.seconds, 1)})
     finally:
         shutil.rmtree(cache, ignore_errors=True)
     return rows

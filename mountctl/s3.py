@@ -78,6 +78,11 @@ class S3Uri:
         """``bucket/prefix/`` as s3fs names it."""
         return f"{self.bucket}/{self.prefix}"
 
+    @property
+    def name(self) -> str:
+        """The prefix's last part (``s3://b/data/imagenet/`` -> ``imagenet``), or the bucket's name at its root."""
+        return self.prefix.rstrip("/").rpartition("/")[2] or self.bucket
+
 
 def parse_s3_uri(uri: str) -> S3Uri:
     """Split ``s3://bucket[/prefix/]``; the prefix always comes back ending in ``/``.

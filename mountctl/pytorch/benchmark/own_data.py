@@ -73,9 +73,7 @@ def find_own_dataset(config: SweepConfig, settings: S3Settings) -> tuple[OwnData
     if loaded.manifest.layout == "files":
         raise DatasetError(f"{loaded.uri} is a class tree (one object per image): the bench reads shards; train on "
                            f"it map-style with `python resnet.py train {loaded.uri}`, or bench WebDataset shards")
-    location = parse_s3_uri(loaded.uri)
-    label = location.prefix.rstrip("/").rpartition("/")[2] or location.bucket
-    return OwnDataset(loaded.uri, label), replace(loaded.manifest, image_size=config.image_size)
+    return OwnDataset(loaded.uri, parse_s3_uri(loaded.uri).name), replace(loaded.manifest, image_size=config.image_size)
 
 
 def own_data_config(config: SweepConfig) -> SweepConfig:

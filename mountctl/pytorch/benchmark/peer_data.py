@@ -75,9 +75,7 @@ def peer_uri(uri: str, peer: str, peer_data: str | None = None) -> str:
         raise ValueError(f"unknown peer {peer!r}: one of {', '.join(PEERS)}")
     if peer_data is None:
         return uri.rstrip("/") + f".{peer}/"
-    location = parse_s3_uri(uri)
-    name = location.prefix.rstrip("/").rpartition("/")[2] or location.bucket
-    return str(parse_s3_uri(peer_data)).rstrip("/") + f"/{name}.{peer}/"
+    return str(parse_s3_uri(peer_data)).rstrip("/") + f"/{parse_s3_uri(uri).name}.{peer}/"
 
 
 def peer_data_base(manifest: Manifest, uri: str, peer_data: str | None, peers: tuple[str, ...]) -> str | None:

@@ -337,8 +337,13 @@ class LocalS3:
         install_signal_handlers()
         with self.locked(timeout_s):
             started = not self.status().running
-            status = self._start_locked(buckets, timeout_s)
-            owners.join(self.dir, fresh=started)
+            try:
+                status = self._start_locked(buckets, timeout_s)
+                owners.join(self.dir, fresh=started)
+            except BaseException:  # a signal between the start and the join: nobody would ever stop this server
+                if started and self.status().running:
+                    self._stop_locked(15.0)
+                raise
         try:
             yield status, started
         finally:
@@ -395,19 +400,21 @@ class LocalS3:
             log.flush()
             child = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                      cwd=self.dir, start_new_session=True)
-        import psutil
+        # From here on, anything raised (SIGTERM's SystemExit too, which can land between any two lines) stops
+        # the child: a bench stopped just as weed came up left it running.
+        try:
+            import psutil
 
-        endpoint = f"http://127.0.0.1:{ports['s3']}"
-        try:
-            create_time = psutil.Process(child.pid).create_time()
-        except psutil.Error:  # it died at once (and was reaped): say why, from its log
-            child.poll()
-            raise LocalS3Error(f"the local S3 server exited at once (status {child.returncode}): "
-                               f"{self._log_tail() or 'it printed nothing'} (log: {self.log_path})") from None
-        write_private_json(self._path("server.json"), {
-            "pid": child.pid, "create_time": create_time, "endpoint": endpoint,
-            "ports": ports, "started_at": time.time()})
-        try:
+            endpoint = f"http://127.0.0.1:{ports['s3']}"
+            try:
+                create_time = psutil.Process(child.pid).create_time()
+            except psutil.Error:  # it died at once (and was reaped): say why, from its log
+                child.poll()
+                raise LocalS3Error(f"the local S3 server exited at once (status {child.returncode}): "
+                                   f"{self._log_tail() or 'it printed nothing'} (log: {self.log_path})") from None
+            write_private_json(self._path("server.json"), {
+                "pid": child.pid, "create_time": create_time, "endpoint": endpoint,
+                "ports": ports, "started_at": time.time()})
             self._wait_until_serving(child, timeout_s, endpoint)
             self._ensure_buckets(buckets, timeout_s)
         except BaseException:

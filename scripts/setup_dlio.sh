@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Builds .venv-dlio: DLIO (MLPerf Storage's engine) in an environment of its own, for
 # `resnet.py bench --suite mlperf`. Safe to run again (a stamp of the pins skips a finished install).
+# --install-only installs the packages and stops before the import check (scripts/setup.sh runs it beside
+# .venv's own install, then runs this again for the check).
 #
 # Why its own environment: dlio-benchmark 2.0.0 declares tensorflow, nvidia-dali and torch as
 # hard dependencies and pins pydftracer; installed into .venv they would move pins that mountctl's
@@ -37,24 +39,32 @@ pins=(
   PyYAML==6.0.3
   pillow==13.0.0
 )
+# Two stamps: the packages are installed (--install-only, which scripts/setup.sh runs beside .venv's own
+# install), and the environment passed its import check (which needs .venv's torch).
 stamp=$venv/.pins.sha256
+installed=$venv/.installed.sha256
 want=$(printf '%s\n' "${pins[@]}" "$base_site" | sha256sum | cut -d' ' -f1)
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
-  echo "setup_dlio: ready, already up to date ($venv/bin/dlio_benchmark)"
+  [ "${1:-}" = "--install-only" ] || echo "setup_dlio: ready, already up to date ($venv/bin/dlio_benchmark)"
   exit 0
 fi
 
-echo "setup_dlio: installing DLIO 2.0.0, MPICH and tensorflow-cpu into $venv (expect about 1-2 min on a fresh machine; about 1.5 GB)"
 python=${PYTHON:-python3}
-[ -x "$venv/bin/python" ] || "$python" -m venv "$venv"
-# The .pth goes in after pip has run, so that pip never sees (or uninstalls from) .venv's packages.
-site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-rm -f "$site/zz_mountctl_venv.pth"
-pip=("$venv/bin/pip" install -q --disable-pip-version-check)
-"${pip[@]}" "${pins[@]:1}" 2>&1 | grep -v "is ignored" || true
-# --no-deps leaves DLIO's declared tensorflow/dali/torch out on purpose; pip's note about them is noise.
-"${pip[@]}" --no-deps dlio-benchmark==2.0.0 2>&1 | grep -v -e "is ignored" -e "dlio-benchmark 2.0.0 requires" -e "dependency resolver" || true
-echo "$base_site" > "$site/zz_mountctl_venv.pth"
+if [ ! -f "$installed" ] || [ "$(cat "$installed")" != "$want" ]; then
+  echo "setup_dlio: installing DLIO 2.0.0, MPICH and tensorflow-cpu into $venv (expect about 1 min on a fresh machine; about 1.5 GB)"
+  [ -x "$venv/bin/python" ] || "$python" -m venv "$venv"
+  # The .pth goes in after pip has run, so that pip never sees (or uninstalls from) .venv's packages.
+  site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  rm -f "$site/zz_mountctl_venv.pth"
+  # --no-compile: modules compile when first imported (see scripts/setup.sh)
+  pip=("$venv/bin/pip" install -q --disable-pip-version-check --no-compile)
+  "${pip[@]}" "${pins[@]:1}" 2>&1 | grep -v "is ignored" || true
+  # --no-deps leaves DLIO's declared tensorflow/dali/torch out on purpose; pip's note about them is noise.
+  "${pip[@]}" --no-deps dlio-benchmark==2.0.0 2>&1 | grep -v -e "is ignored" -e "dlio-benchmark 2.0.0 requires" -e "dependency resolver" || true
+  echo "$base_site" > "$site/zz_mountctl_venv.pth"
+  echo "$want" > "$installed"
+fi
+[ "${1:-}" = "--install-only" ] && exit 0
 
 echo "setup_dlio: checking that DLIO imports (expect 5-20 s)"
 TF_CPP_MIN_LOG_LEVEL=3 TF_ENABLE_ONEDNN_OPTS=0 "$venv/bin/python" -c "import dlio_benchmark.main, mpi4py.MPI, torch, numpy, pandas, hydra" \

@@ -36,6 +36,10 @@ os.environ["MOUNTCTL_HOME"] = _SESSION_HOME
 # needs: a ResNet-18 step of 8 images took 12-25 s at load 25 spinning, 2.6 s with passive waits.  Set before
 # torch loads, here and in every child the tests start; a value already in the environment wins.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# One OpenMP thread per process: the suite runs several processes per core, and with two threads each their
+# synchronisation takes more CPU than the work (4 processes of 15 ResNet-50 steps at once on 2 cores: 69 s of
+# CPU and 35 s with 2 threads each, 26 s and 13 s with 1).  As above, a value already in the environment wins.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 from mountctl.backends import BACKENDS  # noqa: E402
 from mountctl.local_s3 import LocalS3  # noqa: E402

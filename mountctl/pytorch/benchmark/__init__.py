@@ -9,8 +9,17 @@ measurement each), ``bytes_path`` (bytes-path and random-read cells),
 
 from __future__ import annotations
 
-from mountctl.pytorch.benchmark.config import DatasetSpec, SweepConfig, preset
-from mountctl.pytorch.benchmark.report import markdown, write_report
-from mountctl.pytorch.benchmark.sweep import run_sweep
+import importlib
+from typing import Any
 
 __all__ = ["DatasetSpec", "SweepConfig", "preset", "run_sweep", "write_report", "markdown"]
+# Each name loads its module on first use: `resnet.py` builds the bench's options from ``command`` on every
+# start, and `resnet.py index` or `make` should not pay for torch and the peers' libraries for that.
+_HOME = {"DatasetSpec": "config", "SweepConfig": "config", "preset": "config", "run_sweep": "sweep",
+         "write_report": "report", "markdown": "report"}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOME:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_HOME[name]}"), name)

@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from mountctl import InvalidSpec, parse_s3_uri
-from mountctl.pytorch.benchmark.peer_data import PEERS
 from mountctl.pytorch.benchmark.stores import STORE_CHOICES, far_profile
 from mountctl.pytorch.data.device_decode import DECODE_CHOICES
 from mountctl.pytorch.data.sources import SOURCE_KINDS
@@ -14,6 +13,7 @@ from mountctl.pytorch.data.synthetic import parse_size
 __all__ = ["DatasetSpec", "SweepConfig", "PRESETS", "ACCELERATORS", "SUITES", "QUICK_EXPECTED"]
 
 ACCELERATORS = ("cpu", "gpu")
+PEERS = ("litdata", "streaming")  # the import name of each peer library (peer_data.py, peers.py)
 # checkpoint: only the checkpoint cells (benchmark/checkpoint_cells.py); node: only the 64 readers on one mount
 # (benchmark/node_scale.py), run before any sweep is configured; mlperf: DLIO's workloads (benchmark/mlperf.py)
 SUITES = ("all", "checkpoint", "node", "mlperf")

@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from mountctl import S3Settings, parse_s3_uri, s3
+from mountctl.pytorch.benchmark.config import PEERS
 from mountctl.pytorch.benchmark.limits import copy_shards
 from mountctl.pytorch.data.manifest import Manifest, ShardInfo
 from mountctl.pytorch.data.shards import read_shard
@@ -39,7 +40,6 @@ __all__ = ["PEERS", "PEER_FORMATS", "PeerMissing", "SampleChecksum", "sample_dig
            "check_peers_installed", "source_fingerprint", "ensure_peer_data", "load_peer_marker", "MARKER_NAME",
            "peer_data_base", "fresh_connections_after_fork"]
 
-PEERS = ("litdata", "streaming")  # the import name of each peer library
 PEER_FORMATS = {"litdata": "litdata-optimized/1", "streaming": "mds/1"}
 _DISTRIBUTIONS = {"litdata": "litdata", "streaming": "streaming-community"}
 MARKER_NAME = "peer.json"

@@ -56,8 +56,7 @@ if [ ! -f "$installed" ] || [ "$(cat "$installed")" != "$want" ]; then
   # The .pth goes in after pip has run, so that pip never sees (or uninstalls from) .venv's packages.
   site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
   rm -f "$site/zz_mountctl_venv.pth"
-  # --no-compile: modules compile when first imported (see scripts/setup.sh)
-  pip=("$venv/bin/pip" install -q --disable-pip-version-check --no-compile)
+  pip=("$venv/bin/pip" install -q --disable-pip-version-check)  # compiled up front: see scripts/setup.sh
   "${pip[@]}" "${pins[@]:1}" 2>&1 | grep -v "is ignored" || true
   # --no-deps leaves DLIO's declared tensorflow/dali/torch out on purpose; pip's note about them is noise.
   "${pip[@]}" --no-deps dlio-benchmark==2.0.0 2>&1 | grep -v -e "is ignored" -e "dlio-benchmark 2.0.0 requires" -e "dependency resolver" || true

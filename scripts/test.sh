@@ -5,7 +5,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 .venv/bin/ruff check mountctl tests resnet.py examples
-.venv/bin/mypy
 
 run_pytest() {
   set +e
@@ -19,7 +18,20 @@ run_pytest() {
   return "$code"
 }
 
-run_pytest -q -m unit -p no:cacheprovider
+# mypy and the unit layer each keep one core busy: they run side by side, mypy's report printed after.
+started=$SECONDS
+types_log=$(mktemp)
+.venv/bin/mypy > "$types_log" 2>&1 &
+types=$!
+trap 'kill "$types" 2>/dev/null || true; rm -f "$types_log"' EXIT  # stopped early: no mypy left running
+unit_code=0
+run_pytest -q -m unit -p no:cacheprovider || unit_code=$?
+types_code=0
+wait "$types" || types_code=$?
+cat "$types_log"
+echo "test.sh: types and unit layer took $((SECONDS - started)) s"
+[ "$types_code" -eq 0 ] || { echo "test.sh: mypy failed (above)" >&2; exit "$types_code"; }
+[ "$unit_code" -eq 0 ] || exit "$unit_code"
 # The end-to-end tests spend much of their time waiting (on S3 round trips, mounts, child processes), so they
 # run in parallel (pytest-xdist): two workers more than the CPUs, each file whole on one worker
 # (MOUNTCTL_TEST_WORKERS overrides; 0 runs them in this process).  On 2 cores, 4 workers took 864 s where 3

@@ -40,7 +40,8 @@ def stand_in_weed(tmp_path):
     """A stand-in `weed` that runs until stopped and says its pid: SIGTERM cannot be made to land on demand
     between two given lines of a real start, so the signal's SystemExit is raised there by a patch."""
     fake = tmp_path / "weed"
-    fake.write_text(f"#!/bin/sh\necho $$ > {tmp_path / 'weed.pid'}\nexec sleep 60\n")
+    pid = tmp_path / "weed.pid"
+    fake.write_text(f"#!/bin/sh\necho $$ > {pid}.new && mv {pid}.new {pid}\nexec sleep 60\n")  # whole or absent
     fake.chmod(0o755)
     yield str(fake)
     if not _gone(tmp_path):  # what a failed test left
@@ -81,7 +82,8 @@ def test_a_signal_just_after_the_server_starts_stops_it(tmp_path, monkeypatch, s
     server = LocalS3(str(tmp_path / "home"), weed=stand_in_weed)
     with pytest.raises(SystemExit):
         server.start(buckets=(), timeout_s=10)
-    assert calls and _gone(tmp_path)
+    assert calls and (tmp_path / "weed.pid").exists(), "the stand-in never started"
+    assert _gone(tmp_path)
 
 
 def test_a_signal_between_the_start_and_the_owner_count_stops_the_server(tmp_path, monkeypatch, stand_in_weed):

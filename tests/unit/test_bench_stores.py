@@ -89,3 +89,23 @@ def test_a_plan_reads_far_through_a_proxy_of_its_own_when_none_runs(tmp_path, mo
     assert plan.profile.latency_ms == 30.0 and plan.running_far is None
     remote = plan_stores("far", settings(None))
     assert remote.stores == ("remote",) and remote.origin == settings(None)
+
+
+
+def test_the_far_store_runs_every_cell_unless_far_cells_says_loader_and_the_local_store_runs_too():
+    from mountctl.pytorch.benchmark.sweep import _cell_total, _store_config, source_plan
+
+    quick = preset("quick", uri="s3://bench/p/", backends=("rclone", "s3fs"))
+    tiny = preset("tiny", uri="s3://bench/p/", backends=("rclone", "s3fs"))
+    assert quick.far_cells == "all" and tiny.far_cells == "loader"
+    assert _store_config(quick, "far", 2) is quick and _store_config(tiny, "local", 2) is tiny
+    assert _store_config(tiny, "far", 1) is tiny  # a far store measured alone runs everything
+    far = _store_config(tiny, "far", 2)
+    assert far.loader_cells and not (far.bytes_cells or far.map_cells or far.train or far.runs_checkpoints)
+    # Its progress-bar rows: the raw GET, then per source (local disk, s3io, fsspec, two mount programs) the
+    # first sample and both loader epochs at each worker count.
+    assert len(source_plan(far)) == 4
+    assert _cell_total(far, 1, False, False) == 1 + 5 * (1 + len(far.num_workers) * 2)
+    assert _cell_total(tiny, 1, True, False) > _cell_total(far, 1, False, False)
+    with pytest.raises(InvalidSpec, match="far_cells"):
+        preset("tiny", uri="s3://bench/p/", far_cells="some")

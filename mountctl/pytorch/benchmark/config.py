@@ -17,6 +17,7 @@ PEERS = ("litdata", "streaming")  # the import name of each peer library (peer_d
 # checkpoint: only the checkpoint cells (benchmark/checkpoint_cells.py); node: only the 64 readers on one mount
 # (benchmark/node_scale.py), run before any sweep is configured; mlperf: DLIO's workloads (benchmark/mlperf.py)
 SUITES = ("all", "checkpoint", "node", "mlperf")
+FAR_CELLS = ("all", "loader")  # SweepConfig.far_cells
 
 
 @dataclass(frozen=True)
@@ -85,6 +86,10 @@ class SweepConfig:
     # Which stores every cell reads through (stores.py): the endpoint itself, a far-store proxy before it,
     # or both; the far profile's latency and rate (None: the proxy's defaults).
     store: str = "both"
+    # What the far store runs when both stores do: "all" (every cell, side by side) or "loader" (the raw GET,
+    # first-sample and loader cells only: the tests' tiny sweep, where the far store's other cells cost about
+    # half the sweep's CPU and show nothing that the local store's do not).
+    far_cells: str = "all"
     far_latency_ms: float | None = None
     far_rate_mb_s: float | None = None
     # A user's own dataset (own_data.py): its index where it is not beside the data (--index), and where the
@@ -96,6 +101,8 @@ class SweepConfig:
         if self.store not in STORE_CHOICES:
             raise InvalidSpec(f"--store must be one of {', '.join(STORE_CHOICES)}, not {self.store!r}")
         far_profile(self.far_latency_ms, self.far_rate_mb_s)  # a bad latency or rate fails here
+        if self.far_cells not in FAR_CELLS:
+            raise InvalidSpec(f"far_cells must be one of {', '.join(FAR_CELLS)}, not {self.far_cells!r}")
         if self.suite not in SUITES:
             raise InvalidSpec(f"--suite must be one of {', '.join(SUITES)}, not {self.suite!r}")
         location = parse_s3_uri(self.uri)
@@ -168,7 +175,7 @@ PRESETS: dict[str, dict[str, object]] = {
     "tiny": {"num_workers": (1,), "shard_sizes": ("64KB",), "dataset_sizes": (96,), "image_size": 32,
              "batch_size": 16, "warmup_batches": 1, "shuffle_buffer": 16, "train_image_size": 32, "train_batch_size": 8,
              "train_steps": 2, "train_warmup_steps": 1, "train_workers": 1, "bytes_readers": (1, 2), "random_reads": 8,
-             "checkpoint_model": "", "checkpoint_mb": 4, "quick": True,
+             "checkpoint_model": "", "checkpoint_mb": 4, "quick": True, "far_cells": "loader",
              "peers": ()},  # the peer cells have their own test (tests/test_peers.py)
 }
 

@@ -65,8 +65,9 @@ def _stores(result: dict[str, Any]) -> list[str]:
 
 def _store_line(name: str, about: dict[str, Any]) -> str:
     if name == "far":
+        only = " (its loader cells only)" if about.get("cells") == "loader" else ""
         return (f"far = a far-store proxy before the same endpoint, {about.get('latency_ms')} ms per request and "
-                f"{about.get('rate_mb_s')} MB/s per connection")
+                f"{about.get('rate_mb_s')} MB/s per connection{only}")
     if name == "remote":
         return f"remote = {about.get('endpoint')} (a store not on this machine: no proxy)"
     return f"{name} = the endpoint itself ({about.get('endpoint')})"

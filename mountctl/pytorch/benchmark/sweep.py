@@ -20,6 +20,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from datetime import datetime, timezone
 from typing import Any
 
@@ -273,6 +274,25 @@ def _store_cells(run: _Run, manifests: list[tuple[DatasetSpec | OwnDataset, Mani
         run_checkpoint_cells(run, config.uri, f"{scratch}/checkpoints", CELL_ERRORS)
 
 
+def _store_config(config: SweepConfig, store: str, stores: int) -> SweepConfig:
+    """What one store runs: everything, except on the far store beside the local one with ``far_cells="loader"``."""
+    if store != "far" or stores < 2 or config.far_cells == "all":
+        return config
+    return replace(config, bytes_cells=False, map_cells=False, train=False, checkpoints=False)
+
+
+def _cell_total(config: SweepConfig, datasets: int, train: bool, peer_train: bool) -> int:
+    """Progress-bar rows of one store's cells."""
+    sources = len(source_plan(config))
+    routes = len(bytes_routes(config.loader_kinds, config.backends or installed_backends()))
+    per_dataset = 1 + ((sources + 1) * (1 + len(config.num_workers) * len(EPOCHS)) if config.loader_cells else 0)
+    per_dataset += routes * (len(config.bytes_readers) * len(EPOCHS) + 1) if config.bytes_cells else 0
+    total = datasets * per_dataset + ((1 + sources * len(EPOCHS)) if train else 0)
+    total += map_cell_count(config, sources) if datasets and config.map_cells else 0
+    total += checkpoint_cell_count(config) if config.runs_checkpoints else 0
+    return total + peer_cell_count(config, datasets, train and peer_train)
+
+
 def run_sweep(config: SweepConfig, *, settings: S3Settings | None = None) -> dict[str, Any]:
     """Measure every cell in each store; return the run as one JSON-able dict (see ``report.py`` to write it)."""
     from tqdm import tqdm
@@ -305,20 +325,15 @@ def run_sweep(config: SweepConfig, *, settings: S3Settings | None = None) -> dic
                     for spec, manifest in manifests}
     peer_train = {} if train_manifest is None or config.quick else prepare_peer_data(
         config, settings, config.train_dataset.uri(config.uri), train_manifest)
-    sources = len(source_plan(config))
-    routes = len(bytes_routes(config.loader_kinds, config.backends or installed_backends()))
-    per_dataset = 1 + ((sources + 1) * (1 + len(config.num_workers) * len(EPOCHS)) if config.loader_cells else 0)
-    per_dataset += routes * (len(config.bytes_readers) * len(EPOCHS) + 1) if config.bytes_cells else 0
-    total = len(manifests) * per_dataset + ((1 + sources * len(EPOCHS)) if train_manifest is not None else 0)
-    total += map_cell_count(config, sources) if manifests and config.map_cells else 0
-    total += checkpoint_cell_count(config) if config.runs_checkpoints else 0
-    total += peer_cell_count(config, len(manifests), bool(peer_train))
+    store_configs = {store: _store_config(config, store, len(stores)) for store in stores}
+    total = sum(_cell_total(c, len(manifests), train_manifest is not None and c.train, bool(peer_train))
+                for c in store_configs.values())
     if config.progress:  # as setup does: what the wait will be, before it starts
         expected = f"; expect {QUICK_EXPECTED}" if config.quick and config.store == "far" else ""
-        print(f"bench: {total * len(stores)} cells through the {' and '.join(stores)} store{'s' * (len(stores) > 1)}"
+        print(f"bench: {total} cells through the {' and '.join(stores)} store{'s' * (len(stores) > 1)}"
               f"{expected}", file=sys.stderr, flush=True)
     scratch = tempfile.mkdtemp(prefix="mountctl-bench-")
-    with tqdm(total=total * len(stores), unit="cell", desc="bench", disable=not config.progress) as bar:
+    with tqdm(total=total, unit="cell", desc="bench", disable=not config.progress) as bar:
         run = _Run(config, settings, bar)
         run.peer_markers, run.peer_train = peer_markers, peer_train
         try:
@@ -326,14 +341,17 @@ def run_sweep(config: SweepConfig, *, settings: S3Settings | None = None) -> dic
                 first, began = len(run.cells), time.perf_counter()
                 # The far store's proxy runs for its cells alone, and is stopped also on an error or Ctrl-C.
                 with plan.settings(store, f"{scratch}/far-proxy") as store_s3:
-                    run.settings, run.store = store_s3, store
+                    run.settings, run.store, run.config = store_s3, store, store_configs[store]
                     result["stores"][store] = {"endpoint": store_s3.endpoint_url or "AWS S3",
                                                **(plan.profile.to_dict() if store == "far" else {})}
-                    _store_cells(run, manifests, train_manifest, gpu_missing, scratch)
+                    if run.config is not config:
+                        result["stores"][store]["cells"] = config.far_cells
+                    _store_cells(run, manifests, train_manifest if run.config.train else None, gpu_missing, scratch)
                 for row in run.cells[first:]:
                     row.setdefault("store", store)
                 result["stores"][store]["seconds"] = round(time.perf_counter() - began, 1)
         finally:
+            run.config = config
             shutil.rmtree(scratch, ignore_errors=True)
     if config.accelerator != "gpu":
         run.cells.append({"cell": "gpu", "status": "not run: --accelerator cpu (no GPU on this machine)"
@@ -342,6 +360,7 @@ def run_sweep(config: SweepConfig, *, settings: S3Settings | None = None) -> dic
     add_map_ratios(run.cells)
     add_checkpoint_ratios(run.cells)
     result["cells"] = run.cells
+    result["cells_planned"] = total
     result["seconds"] = round(time.perf_counter() - started, 1)
     result["machine"]["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
     return result

@@ -62,21 +62,30 @@ def _shell(server: LocalS3, line: str, timeout_s: float) -> None:
             ports = json.load(f).get("ports", {})
     except (OSError, ValueError):
         ports = {}
-    if not status.running or "master" not in ports:
+    if not status.running or "master" not in ports or "filer" not in ports:
         raise LocalS3Error(f"the local S3 server of {server.dir} is not running; start it with "
                            "`mountctl local-s3 start` before changing its identities")
-    argv = [server.weed(), "shell", f"-master=127.0.0.1:{ports['master']}"]
+    # The filer named, not looked up through the master: one less thing for the shell to wait on.
+    argv = [server.weed(), "shell", f"-master=127.0.0.1:{ports['master']}", f"-filer=127.0.0.1:{ports['filer']}"]
     try:
         done = subprocess.run(argv, input=line + "\nexit\n", capture_output=True, text=True, timeout=timeout_s,
                               cwd=server.dir)
-    except subprocess.TimeoutExpired:
-        raise LocalS3Error(f"`weed shell` did not finish `{line.split()[0]}` within {timeout_s:g}s; see "
-                           f"{server.log_path} and try again", timeout_s=timeout_s) from None
+    except subprocess.TimeoutExpired as exc:
+        said = _tail(exc.stdout, exc.stderr)
+        raise LocalS3Error(f"`weed shell` did not finish `{line.split()[0]}` within {timeout_s:g}s"
+                           f"{f' (it said: {said})' if said else ' (it said nothing)'}; see {server.log_path} "
+                           "and try again", timeout_s=timeout_s) from None
     output = (done.stdout or "") + (done.stderr or "")
     if done.returncode != 0 or re.search(r"(?im)^\s*error\b", output):
-        lines = [text.strip() for text in output.splitlines() if text.strip()]
         raise LocalS3Error(f"`weed shell` refused `{line.split()[0]}` (status {done.returncode}): "
-                           f"{redact(' | '.join(lines[-3:]))}; see {server.log_path}")
+                           f"{_tail(done.stdout, done.stderr)}; see {server.log_path}")
+
+
+def _tail(*outputs: str | bytes | None) -> str:
+    """The last three lines the shell printed, secrets redacted."""
+    text = "".join(o.decode(errors="replace") if isinstance(o, bytes) else (o or "") for o in outputs)
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return redact(" | ".join(lines[-3:]))
 
 
 def _wait_until(server: LocalS3, access_key: str, secret_key: str, *, accepted: bool, timeout_s: float) -> None:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import io
 import os
+import subprocess
+import sys
 import tarfile
 
 import pytest
@@ -105,3 +107,17 @@ def test_truncated_shard_message_reads_cleanly():
     message = str(info.value)
     assert "((" not in message and "))" not in message and "<_io" not in message, message
     assert "shard s.tar is truncated" in message and "resnet.py make" in message
+
+
+def test_a_store_that_does_not_answer_fails_before_torch_or_lightning_loads():
+    """A bad endpoint or dataset is told in well under a second: torch, torchvision and Lightning (5 s of CPU)
+    load only once the dataset is there.  A real refused connection (nothing listens on port 1), in a fresh
+    interpreter so that nothing else has imported them."""
+    code = ("import sys; from mountctl.pytorch.cli import main; "
+            "status = main(['train', 's3://no-server-asked/data/', '--source-kind', 's3io']); "
+            "print(status, sorted(m for m in ('torch', 'torchvision', 'lightning') if m in sys.modules))")
+    env = dict(os.environ, AWS_ENDPOINT_URL="http://127.0.0.1:1", AWS_ACCESS_KEY_ID="unit",
+               AWS_SECRET_ACCESS_KEY="unit-secret", AWS_DEFAULT_REGION="us-east-1")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
+    assert "nothing answers at S3 endpoint http://127.0.0.1:1" in done.stderr, done.stderr[-2000:]
+    assert done.stdout.split() == ["1", "[]"], done.stdout

@@ -32,9 +32,12 @@ def resolve_decode(choice: str, accelerator: str = "auto") -> str:
     """``cpu`` or ``gpu``: auto decodes on the GPU when training runs on CUDA; gpu without CUDA fails here."""
     if choice not in DECODE_CHOICES:
         raise InvalidSpec(f"unknown --decode {choice!r}: choose one of {', '.join(DECODE_CHOICES)}")
-    import torch
+    if choice == "cpu" or accelerator not in ("auto", "gpu", "cuda"):
+        on_cuda = False  # known without torch, whose import (2 s of CPU) a bad dataset need not wait for
+    else:
+        import torch
 
-    on_cuda = accelerator in ("auto", "gpu", "cuda") and torch.cuda.is_available()
+        on_cuda = torch.cuda.is_available()
     if choice == "gpu" and not on_cuda:
         raise InvalidSpec("--decode gpu needs training on a CUDA GPU (--accelerator gpu or auto on a machine "
                           "with one); here there is none: use --decode cpu (or auto)")

@@ -179,7 +179,8 @@ class TrainConfig:
         if self.arch not in ARCHITECTURES:
             raise InvalidSpec(f"unknown architecture {self.arch!r}: choose one of {', '.join(ARCHITECTURES)}")
         _check_accelerator(self.accelerator)
-        resolve_decode(self.decode, self.accelerator)  # --decode gpu without CUDA fails here
+        if self.decode != "auto":  # auto needs torch to know (train() resolves it once the dataset is checked)
+            resolve_decode(self.decode, self.accelerator)  # --decode gpu without CUDA fails here
         if self.shuffle_buffer < 0 or self.warmup_batches < 0:
             raise InvalidSpec("--shuffle-buffer and --warmup-batches cannot be negative")
         if not 0 < self.data_wait_threshold <= 1:
@@ -279,13 +280,14 @@ def _loggers(log_dir: str | None) -> list[Any]:
 
 def train(config: TrainConfig, *, settings: S3Settings | None = None, out: TextIO | None = None) -> dict[str, Any]:
     """Train as configured; return the summary (and print it as one JSON line on rank 0)."""
-    from mountctl.pytorch.training.checkpoint import CheckpointTarget
-    from mountctl.pytorch.training.data_wait import DataWaitMonitor
-
     settings = settings or resolve()
     dataset = load_dataset_description(settings, config.uri, config.index)
     dataset.check_present(settings)
     manifest = dataset.manifest
+    # Lightning loads from here on (these two import it): a bad endpoint or dataset has failed in a second.
+    from mountctl.pytorch.training.checkpoint import CheckpointTarget
+    from mountctl.pytorch.training.data_wait import DataWaitMonitor
+
     target = CheckpointTarget.parse(config.checkpoint_dir) if config.checkpoint_dir else None
     if target is not None:
         target.prepare(settings)
@@ -293,7 +295,6 @@ def train(config: TrainConfig, *, settings: S3Settings | None = None, out: TextI
     precision = config.precision or default_precision(config.accelerator)
     num_workers = default_num_workers() if config.num_workers is None else config.num_workers
     decode = resolve_decode(config.decode, config.accelerator)
-    # Lightning and torchvision load only now: a bad endpoint or dataset fails in a second.
     import lightning
     import torch
 

@@ -39,4 +39,4 @@ echo "test.sh: types and unit layer took $((SECONDS - started)) s"
 # (`weed shell` did not finish `s3.configure` within 30 s), so the default stays at 3 until that is understood.
 # The slowest tests are listed at the end, so each CI log shows where its time went.
 workers=${MOUNTCTL_TEST_WORKERS:-$(( $(nproc) + 1 ))}
-run_pytest -ra -m "not unit" --durations=25 -n "$workers" --dist loadfile "$@"
+run_pytest -ra -m "not unit" --durations=25 -n "$workers" --dist loadfile --no-loadscope-reorder "$@"

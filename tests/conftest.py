@@ -285,13 +285,16 @@ def sweep(local_s3, tmp_path_factory):
     return config, result, paths
 
 
-# The end-to-end files that take longest, longest first (CI logs' --durations).  Under pytest-xdist each file
-# runs whole on one worker (--dist loadfile keeps its module fixtures to one start), in collection order: the
-# long ones start first so that none of them is left running alone at the end.
-_LONGEST_FIRST = ("test_own_data.py", "test_resume.py", "test_bench.py", "test_settings_routes.py",
-                  "test_own_data_examples.py", "test_own_data_features.py", "test_slurm.py", "test_examples.py",
-                  "test_peers.py", "test_key_rotation.py", "test_examples_fallback.py", "test_faults_training.py",
-                  "test_checkpoints.py", "test_throttling.py", "test_s3_outage.py", "test_mlperf.py")
+# The end-to-end files that take longest, longest first (wall time per file in a 4-worker run).  Under
+# pytest-xdist each file runs whole on one worker (--dist loadfile keeps its module fixtures to one start), in
+# collection order (scripts/test.sh passes --no-loadscope-reorder: xdist would otherwise start the files with
+# the most tests first): the long ones start first so that none of them is left running alone at the end.
+_LONGEST_FIRST = ("test_own_data.py", "test_resume.py", "test_bench.py", "test_torch_e2e.py", "test_key_rotation.py",
+                  "test_slurm.py", "test_examples.py", "test_peers.py", "test_own_data_features.py",
+                  "test_throttling.py", "test_mapstyle.py", "test_faults.py", "test_checkpoints.py",
+                  "test_s3_outage.py", "test_own_data_examples.py", "test_mlperf.py", "test_settings_routes.py",
+                  "test_object_versions.py", "test_mount_backends.py", "test_big_prefix.py",
+                  "test_examples_fallback.py", "test_checkpoint_faults.py", "test_mount_cache.py")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -50,22 +50,30 @@ fi
 # leaves a core idle); its import check needs .venv's torch, so that part runs once .venv is done.
 bash scripts/setup_dlio.sh --install-only &
 dlio_install=$!
-trap 'kill "$dlio_install" 2>/dev/null || true' EXIT  # setup stopped early: stop the other install too
+dlio_check=""
+trap 'kill "$dlio_install" $dlio_check 2>/dev/null || true' EXIT  # setup stopped early: stop the others too
 # Reinstall only when requirements.txt changed since the last successful install.
 stamp=.venv/.requirements.sha256
 want=$(sha256sum requirements.txt pyproject.toml | sha256sum | cut -d' ' -f1)
+fresh=0
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+  fresh=1
   stage "installing pinned Python packages; torch and torchvision are a few GB" "1-3 min"
   uv=(.venv/bin/uv pip install -q --python .venv/bin/python --compile-bytecode)
   "${uv[@]}" -r requirements.txt
   "${uv[@]}" --no-deps -e .
+fi
+wait "$dlio_install" || { echo "setup: installing DLIO's packages failed; see its output above" >&2; exit 1; }
+# DLIO's import check (and its stamp) needs .venv's torch; it runs beside .venv's own check.
+bash scripts/setup_dlio.sh &
+dlio_check=$!
+if [ "$fresh" = 1 ]; then
   stage "checking that the packages import" "5-20 s"
   .venv/bin/python -c "import mountctl, torch, torchvision, lightning, webdataset, s3torchconnector, s3fs, litdata, streaming, torchdata.nodes, torchcodec.decoders, tensorboard, prometheus_client" \
     || { echo "setup: the Python packages did not install; see uv's output above" >&2; exit 1; }
   echo "$want" > "$stamp"
 fi
-wait "$dlio_install" || { echo "setup: installing DLIO's packages failed; see its output above" >&2; exit 1; }
-bash scripts/setup_dlio.sh  # the import check (and the stamp) once .venv's torch is there
+wait "$dlio_check" || { echo "setup: DLIO's environment failed its check; see its output above" >&2; exit 1; }
 if [ "$did_something" = 1 ]; then
   echo "setup: ready after $((SECONDS / 60)) min $((SECONDS % 60)) s (.venv/bin/mountctl, .venv/bin/python resnet.py)"
 else

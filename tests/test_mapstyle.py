@@ -210,7 +210,7 @@ def test_two_ddp_ranks_train_every_file_once_through_one_mount(files_uri, mount_
 
     require_fuse()
     done = run_cli(["train", files_uri, "--source-kind", "mountpoint", "--devices", "2", "--strategy", "ddp",
-                    "--accelerator", "cpu", "--num-workers", "1", "--batch-size", "8", "--precision", "32",
+                    "--accelerator", "cpu", "--arch", "resnet18", "--num-workers", "1", "--batch-size", "8", "--precision", "32",
                     "--no-progress"])
     assert done.returncode == 0, done.stderr[-3000:]
     summary = last_json_line(done.stdout)

@@ -76,7 +76,7 @@ def test_aws_profile_alone_works_on_every_route(profile_only_environment, s3, mo
          "--no-progress")
     for kind in KINDS:
         done = _run(env, RESNET_PY, "train", uri, "--source-kind", kind, "--batch-size", "8", "--max-steps", "1",
-                    "--num-workers", "1", "--precision", "32", "--no-progress", "--backend", "rclone",
+                    "--num-workers", "1", "--precision", "32", "--no-progress", "--backend", "rclone", "--arch", "resnet18",
                     "--checkpoint-dir", f"s3://{bucket}/ckpt-{kind}/")
         assert last_json_line(done.stdout)["global_step"] == 1, kind
     for backend in ("rclone", "s3fs"):

@@ -53,7 +53,7 @@ python=${PYTHON:-python3}
 if [ ! -f "$installed" ] || [ "$(cat "$installed")" != "$want" ]; then
   echo "setup_dlio: installing DLIO 2.0.0, MPICH and tensorflow-cpu into $venv (expect about 1 min on a fresh machine; about 1.5 GB)"
   [ -x "$venv/bin/python" ] || "$python" -m venv "$venv"
-  # The .pth goes in after pip has run, so that uv never sees (or uninstalls from) .venv's packages.
+  # The .pth goes in after uv has run, so that uv never sees (or uninstalls from) .venv's packages.
   site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
   rm -f "$site/zz_mountctl_venv.pth"
   uv=(.venv/bin/uv pip install -q --python "$venv/bin/python" --compile-bytecode)  # see scripts/setup.sh

@@ -12,11 +12,11 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-__all__ = ["DatasetSpec", "SweepConfig", "preset", "run_sweep", "write_report", "markdown"]
 # Each name loads its module on first use: `resnet.py` builds the bench's options from ``command`` on every
 # start, and `resnet.py index` or `make` should not pay for torch and the peers' libraries for that.
 _HOME = {"DatasetSpec": "config", "SweepConfig": "config", "preset": "config", "run_sweep": "sweep",
          "write_report": "report", "markdown": "report"}
+__all__ = list(_HOME)
 
 
 def __getattr__(name: str) -> Any:

@@ -6,7 +6,7 @@ closed, twice.  Epoch 1 may cost one GET per file; epoch 2 comes from the cache 
 
 s3fs-fuse 1.90 is the exception this file states rather than hides: it drops a file's stat entry at every
 open, so each open sends one HEAD whatever its options say (docs/standard-loaders.md).  The assertions
-hold it to that one HEAD (it sent two per cached open before the kernel kept attributes for the TTL).
+hold it to at most that one HEAD (it sent two per cached open before the kernel kept attributes for the TTL).
 """
 
 from __future__ import annotations
@@ -61,6 +61,8 @@ def test_epoch_2_from_the_cache_sends_no_get(store, backend, mount_root, tmp_pat
         mark = store.mark()
         assert read_every_file(mount.path, store.names) == FILES * SIZE
         sent = store.since(mark)
-    expected = {"HEAD": HEADS_PER_OPEN[backend] * FILES} if HEADS_PER_OPEN[backend] else {}
-    assert {method: count for method, count in sent.items() if count} == expected, sent
+    # At most the HEAD per open a program cannot avoid, and nothing else.  Not exactly one each: s3fs
+    # sometimes serves an open from a stat entry still fresh (11 of 12 in one CI run).
+    assert sent["HEAD"] <= HEADS_PER_OPEN[backend] * FILES, sent
+    assert {method for method, count in sent.items() if count} <= {"HEAD"}, sent
 

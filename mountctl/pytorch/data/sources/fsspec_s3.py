@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import multiprocessing.util
 import os
@@ -32,8 +33,28 @@ def close_filesystem(filesystem: Any) -> None:
     from s3fs.core import FSTimeoutError, sync  # fsspec's, as s3fs uses them
 
     filesystem._s3 = filesystem._s3creator = None
+    running = _running_loop()
+    if running is not None and running is filesystem.loop:
+        # Called on fsspec's own loop thread (a finalizer run by a garbage collection there): waiting
+        # for the loop from inside it would never end, so the close is scheduled on it instead.
+        task = running.create_task(creator.__aexit__(None, None, None))
+        task.add_done_callback(_retrieve)
+        return
     with contextlib.suppress(FSTimeoutError):  # a close that does not finish in time is abandoned, not waited on
         sync(filesystem.loop, creator.__aexit__, None, None, None, timeout=_CLOSE_TIMEOUT_S)
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
+def _retrieve(task: asyncio.Task[Any]) -> None:
+    """Take a scheduled close's outcome, so that a failed close is not printed as never retrieved."""
+    if not task.cancelled():
+        task.exception()
 
 
 @dataclass

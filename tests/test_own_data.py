@@ -2,12 +2,16 @@
 
 Every test uploads real data with boto3 to the real local S3 (no manifest), runs the real command line
 (`resnet.py index`, `resnet.py train`) and audits `--sample-log`: every sample trained exactly once.
-Tiny on purpose: ResNet-18, 32 px, tens of samples, CPU.
+Tiny on purpose: ResNet-18, 32 px, tens of samples, CPU.  Runs that succeed call the command line's
+``main`` in this process (a child would spend about 5 s of CPU importing torch and Lightning first);
+refusals, and the runs that are killed, run ``resnet.py`` as a child.
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
+import io
 import json
 import os
 import uuid
@@ -16,25 +20,31 @@ import pytest
 from own_data_support import listing, write_class_tree, write_shards
 from test_resume import TINY, SampleLogs, kill_resume_audit
 
+from mountctl.pytorch.cli import main
+
 from conftest import require_fuse
 from torch_support import last_json_line, run_cli
 
 pytestmark = pytest.mark.usefixtures("s3_env")
 
 
+def succeeds(argv: list[str]) -> dict:
+    """`resnet.py ARGV` run in this process; its JSON summary line."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        status = main(argv)
+    assert status == 0, err.getvalue()[-3000:]
+    return last_json_line(out.getvalue())
+
+
 def index(uri: str, *extra: str) -> dict:
-    done = run_cli(["index", uri, "--no-progress", "--jobs", "2", *extra])
-    assert done.returncode == 0, done.stderr[-3000:]
-    return last_json_line(done.stdout)
+    return succeeds(["index", uri, "--no-progress", "--jobs", "2", *extra])
 
 
 def train(uri: str, tmp_path, *extra: str) -> tuple[dict, collections.Counter]:
     log = str(tmp_path / f"samples-{uuid.uuid4().hex[:6]}.log")
-    done = run_cli(["train", uri, *TINY, "--max-epochs", "1", "--sample-log", log,
-                    *extra], timeout=400)
-    assert done.returncode == 0, done.stderr[-3000:]
-    counts = collections.Counter(row[0] for row in SampleLogs(log).read_new())
-    return last_json_line(done.stdout), counts
+    summary = succeeds(["train", uri, *TINY, "--max-epochs", "1", "--sample-log", log, *extra])
+    return summary, collections.Counter(row[0] for row in SampleLogs(log).read_new())
 
 
 def kind_args(kind: str, mount_root) -> list[str]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mountctl.pytorch.training.data_wait import DEFAULT_THRESHOLD, advice, data_wait_fraction
+from mountctl.pytorch.training.wait_share import DEFAULT_THRESHOLD, advice, data_wait_fraction
 
 
 def test_fraction_is_the_waits_over_the_whole_steps():

@@ -21,6 +21,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import multiprocessing
 import os
 import shutil
 import tempfile
@@ -234,9 +235,16 @@ def _write_litdata(shards_dir: str, manifest: Manifest, out: str, chunk_bytes: i
 
     # fn runs in a spawned worker (forking a process that holds threads and a torch runtime is unsafe);
     # one worker and no reordering keep the chunks in manifest order.
-    litdata.optimize(fn=functools.partial(_shard_samples, shards_dir), inputs=list(manifest.shards),
-                     output_dir=out, chunk_bytes=chunk_bytes, num_workers=1, reorder_files=False,
-                     start_method="spawn", verbose=False, mode="overwrite")
+    previous = multiprocessing.get_start_method(allow_none=True)
+    try:
+        litdata.optimize(fn=functools.partial(_shard_samples, shards_dir), inputs=list(manifest.shards),
+                         output_dir=out, chunk_bytes=chunk_bytes, num_workers=1, reorder_files=False,
+                         start_method="spawn", verbose=False, mode="overwrite")
+    finally:
+        # optimize sets the start method of the whole process (force=True); left so, every DataLoader this
+        # process starts later (a bench's cells, a user's training) would spawn its workers, each one
+        # importing torch again, instead of forking them.
+        multiprocessing.set_start_method(previous, force=True)
 
 
 def _write_mds(shards_dir: str, manifest: Manifest, out: str, chunk_bytes: int) -> None:

@@ -212,8 +212,13 @@ def test_owner_signal_unmounts_and_stops_children(signum, shared, s3_env, big_ob
     require_fuse()
     directory = str(mount_root / "m")
     owner, daemon = _start_owner(f"s3://{big_object[0]}/", directory, shared)
-    owner.send_signal(signum)  # SIGINT's KeyboardInterrupt traceback on stderr is expected
-    owner.wait(timeout=15)
+    try:
+        owner.send_signal(signum)  # SIGINT's KeyboardInterrupt traceback on stderr is expected
+        owner.wait(timeout=15)
+    finally:
+        if owner.poll() is None:  # it did not stop: never leave it holding its mount for the tests after this one
+            owner.kill()
+            owner.wait(timeout=10)
     took = _wait_for(lambda: find_mount(directory) is None and _gone(daemon), 10, "teardown after the signal")
     assert [p for p in mount_programs() if directory in " ".join(p.cmdline())] == []
     print(f"\n[{signal.Signals(signum).name} owner, shared={shared}] nothing left {took:.2f}s after the owner exited")

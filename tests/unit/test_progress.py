@@ -17,18 +17,26 @@ from collections.abc import Iterator
 from mountctl.health import SERVING_STATES, Health
 from mountctl.progress import ProgressMark, made_progress, progress_mark
 
-_SPIN = "import os\nwhile True:\n    os.write(1, b'x' * 4096)\n"
+# Each child says "ready" on stderr once its interpreter has started, and only then does what it stands for,
+# so that no mark counts the start-up as progress.
+_READY = "import os, time\nos.write(2, b'ready\\n')\n"
+_SPIN = _READY + "while True:\n    os.write(1, b'x' * 4096)\n"
+_IDLE = _READY + "time.sleep(60)\n"
 
 
 @contextlib.contextmanager
 def _child(code: str) -> Iterator[subprocess.Popen[bytes]]:
-    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                             stdin=subprocess.DEVNULL)
     try:
-        time.sleep(0.3)
+        assert child.stderr is not None and child.stderr.readline() == b"ready\n"  # EOF if it died first
+        time.sleep(0.05)  # the few instructions between its "ready" and what it stands for
         yield child
     finally:
         child.kill()
         child.wait(timeout=10)
+        if child.stderr is not None:
+            child.stderr.close()
 
 
 def _mark_over(pid: int, window_s: float = 0.5) -> tuple[ProgressMark, ProgressMark]:
@@ -55,7 +63,7 @@ def test_a_stopped_program_makes_no_progress_and_says_it_is_stopped():
 
 
 def test_an_idle_program_makes_no_progress():
-    with _child("import time\ntime.sleep(60)\n") as child:
+    with _child(_IDLE) as child:
         before, after = _mark_over(child.pid)
     assert not after.stopped
     assert not made_progress(before, after)
@@ -69,7 +77,7 @@ def test_cpu_time_stands_in_where_the_io_counters_cannot_be_read():
 
 
 def test_a_gone_process_reads_as_no_counters():
-    with _child("pass\n") as child:
+    with _child(_READY) as child:
         child.wait(timeout=10)
     mark = progress_mark(child.pid)
     assert mark.io_bytes is None and mark.cpu_ticks is None and not mark.stopped

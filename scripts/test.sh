@@ -19,8 +19,8 @@ run_pytest() {
 }
 
 # mypy and the unit layer run side by side, mypy's report printed after.  The unit layer spends about half its
-# time in the waits its timing tests need, so it runs on two workers (23-24 s beside mypy on 2 cores, against
-# 27-30 s on one; `MOUNTCTL_UNIT_WORKERS=0` runs it in this process).
+# time in the waits its timing tests need, so it runs on two xdist workers, which overlap them (23-24 s beside
+# mypy on 2 cores, against 27-30 s in one process; `MOUNTCTL_UNIT_WORKERS=0` runs it in this process).
 started=$SECONDS
 types_log=$(mktemp)
 .venv/bin/mypy > "$types_log" 2>&1 &

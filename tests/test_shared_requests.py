@@ -123,3 +123,34 @@ def test_an_explicit_zero_probe_bound_is_honoured(s3_env, bucket, mount_root):
         # no verdict on it (a wedge needs a probe that reached the program and saw no progress: docs/scale.md).
         health = m.health(timeout_s=0)
         assert health.state == "slow" and "within 0s" in health.error, health
+
+
+HOLD_OPEN = "import sys, time; f = open(sys.argv[1], 'rb'); print('open', flush=True); time.sleep(120)"
+
+
+def test_a_request_while_the_last_mount_is_stopping_waits_and_mounts_anew(s3, bucket, mount_root):
+    """Back-to-back jobs on one node: the second asks while the first's mount is still being taken down."""
+    require_fuse()
+    s3.put_object(Bucket=bucket, Key="a.txt", Body=b"first")
+    directory = str(mount_root / "m")
+    spec = MountSpec(uri=f"s3://{bucket}/", mount_dir=directory, backend="rclone", busy_grace_s=4)
+    first = mountctl.shared.acquire(spec)
+    registry = mountctl.shared.Registry()
+    old_supervisor = registry.read(directory).supervisor
+    # An open file keeps the mount busy, so its unmount retries for busy_grace_s: the record stays `stopping`.
+    reader = subprocess.Popen([sys.executable, "-c", HOLD_OPEN, os.path.join(directory, "a.txt")],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert reader.stdout.readline().strip() == "open"
+        first.release(wait=False)
+        deadline = time.monotonic() + 10
+        while (record := registry.read(directory)) is None or record.state != "stopping":
+            assert record is not None and time.monotonic() < deadline, f"never saw the mount stopping: {record}"
+            time.sleep(0.01)
+        with mountctl.shared.acquire(spec) as second:
+            assert registry.read(directory).supervisor != old_supervisor
+            with open(os.path.join(second.path, "a.txt"), "rb") as f:
+                assert f.read() == b"first"
+    finally:
+        reader.kill()
+        reader.wait(timeout=10)

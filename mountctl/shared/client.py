@@ -122,7 +122,7 @@ class SharedMount:
             holder, self._holder = self._holder, None
             untrack(self)
             release(self.spec.mount_dir, holder, registry=self._registry,
-                    wait_s=self.spec.unmount_timeout_s + self.spec.busy_grace_s + 10 if wait else 0)
+                    wait_s=stop_bound_s(self.spec) if wait else 0)
 
     def stop(self) -> None:
         self.release()
@@ -172,41 +172,22 @@ def _recorded_error(record: MountRecord) -> MountctlError:
 def acquire(spec: MountSpec, *, settings: S3Settings | None = None, pinned: bool = False,
             holder_pid: int | None = None, watchdog: bool = True, watchdog_interval_s: float = WATCHDOG_INTERVAL_S,
             registry: Registry | None = None) -> SharedMount:
-    """Join the node's mount of ``spec`` (starting it if needed) and wait until it is ready."""
+    """Join the node's mount of ``spec`` (starting it if needed) and wait until it is ready.
+
+    A mount being taken down (the last job on the node just left) is waited for, within the bound its
+    stop has, and then mounted anew: back-to-back jobs must not fail on each other's teardown.
+    """
     registry = registry or Registry()
     settings = settings or resolve(endpoint_url=spec.endpoint_url, region=spec.region)
     identity = sharing_identity(spec, settings)
     holder = None if pinned and holder_pid is None else process_identity(holder_pid)
-    with registry.locked(spec.mount_dir):
-        record = registry.read(spec.mount_dir)
-        if record is not None and not process_alive(record.supervisor):
-            clear_abandoned(spec.mount_dir, record, registry)
-            record = None
-        if record is not None:
-            differences = identity_differences(record.identity, identity)
-            if differences:
-                raise AlreadyMounted(
-                    f"{spec.mount_dir} is already managed for {record.uri} (backend {record.backend}) and "
-                    f"{', '.join(differences)} differ from this request for {spec.uri}; use another directory "
-                    f"(or none, to get one of its own), or `mountctl unmount {spec.mount_dir}` first",
-                    mount_dir=spec.mount_dir)
-            if record.state == "failed":
-                raise _recorded_error(record)
-            if record.state == "stopping":
-                raise errors.RegistryError(f"the mount at {spec.mount_dir} is being taken down; try again in a "
-                                           "moment", mount_dir=spec.mount_dir)
-            record = record.replace(holders=(*record.holders, holder) if holder else record.holders,
-                                    pinned=record.pinned or pinned)
-            registry.write(record)
-        else:
-            refuse_nested_records(spec.mount_dir, registry)
-            record = MountRecord(uri=spec.uri, mount_dir=spec.mount_dir, spec=spec.to_dict(), identity=identity,
-                                 backend=None if spec.backend == "auto" else spec.backend,
-                                 holders=(holder,) if holder else (), pinned=pinned, watchdog=watchdog,
-                                 watchdog_interval_s=watchdog_interval_s)
-            registry.write(record)
-            supervisor = _spawn_supervisor(spec.mount_dir, registry, settings)
-            registry.write(record.replace(supervisor=process_identity(supervisor.pid)))
+    while True:
+        with registry.locked(spec.mount_dir):
+            stopping = _join_or_start(spec, identity, holder, pinned, watchdog, watchdog_interval_s, registry,
+                                      settings)
+        if stopping is None:
+            break
+        _wait_until_gone(spec.mount_dir, registry, stop_bound_s(spec), supervisor=stopping)
     handle = SharedMount(spec, registry, holder)
     if holder is not None:
         track(handle)
@@ -221,6 +202,46 @@ def acquire(spec: MountSpec, *, settings: S3Settings | None = None, pinned: bool
     if ready is not None and ready.cache_note:  # the supervisor's log is not where the user looks
         log.warning("%s: %s", spec.mount_dir, ready.cache_note)
     return handle
+
+
+def _join_or_start(spec: MountSpec, identity: dict[str, Any], holder: dict[str, Any] | None, pinned: bool,
+                   watchdog: bool, watchdog_interval_s: float, registry: Registry,
+                   settings: S3Settings) -> dict[str, Any] | None:
+    """Under the record's lock: join the mount or start one; a mount being stopped is not joined, and its
+    supervisor is returned to be waited for (None when joined or started)."""
+    record = registry.read(spec.mount_dir)
+    if record is not None and not process_alive(record.supervisor):
+        clear_abandoned(spec.mount_dir, record, registry)
+        record = None
+    if record is not None:
+        differences = identity_differences(record.identity, identity)
+        if differences:
+            raise AlreadyMounted(
+                f"{spec.mount_dir} is already managed for {record.uri} (backend {record.backend}) and "
+                f"{', '.join(differences)} differ from this request for {spec.uri}; use another directory "
+                f"(or none, to get one of its own), or `mountctl unmount {spec.mount_dir}` first",
+                mount_dir=spec.mount_dir)
+        if record.state == "failed":
+            raise _recorded_error(record)
+        if record.state == "stopping":
+            return record.supervisor
+        registry.write(record.replace(holders=(*record.holders, holder) if holder else record.holders,
+                                      pinned=record.pinned or pinned))
+        return None
+    refuse_nested_records(spec.mount_dir, registry)
+    record = MountRecord(uri=spec.uri, mount_dir=spec.mount_dir, spec=spec.to_dict(), identity=identity,
+                         backend=None if spec.backend == "auto" else spec.backend,
+                         holders=(holder,) if holder else (), pinned=pinned, watchdog=watchdog,
+                         watchdog_interval_s=watchdog_interval_s)
+    registry.write(record)
+    supervisor = _spawn_supervisor(spec.mount_dir, registry, settings)
+    registry.write(record.replace(supervisor=process_identity(supervisor.pid)))
+    return None
+
+
+def stop_bound_s(spec: MountSpec) -> float:
+    """How long taking a mount down may take: its unmount, the grace a busy mount gets, the program's exit."""
+    return spec.unmount_timeout_s + spec.busy_grace_s + 10
 
 
 def refuse_nested_records(mount_dir: str, registry: Registry) -> None:
@@ -307,11 +328,13 @@ def request_unmount(mount_dir: str, *, registry: Registry | None = None, wait_s:
     return True
 
 
-def _wait_until_gone(mount_dir: str, registry: Registry, wait_s: float) -> None:
-    """Wait until the supervisor has unmounted, removed its record and exited."""
+def _wait_until_gone(mount_dir: str, registry: Registry, wait_s: float, *,
+                     supervisor: dict[str, Any] | None = None) -> None:
+    """Wait until the supervisor (default: the record's) has unmounted, removed its record and exited."""
     deadline = time.monotonic() + wait_s
-    first = registry.read(mount_dir)
-    supervisor = first.supervisor if first else None
+    if supervisor is None:
+        first = registry.read(mount_dir)
+        supervisor = first.supervisor if first else None
     while time.monotonic() < deadline:
         record = registry.read(mount_dir)
         if record is not None and record.supervisor != supervisor:
@@ -339,7 +362,7 @@ class RegistryGuard:
     def refuse_if_owned(self, spec: MountSpec) -> None:
         """A directory a supervisor manages is refused; one it is taking down is waited for."""
         registry = self.registry
-        deadline = time.monotonic() + spec.unmount_timeout_s + spec.busy_grace_s + 5
+        deadline = time.monotonic() + stop_bound_s(spec)
         while True:
             record = registry.read(spec.mount_dir)
             if record is None or not process_alive(record.supervisor):

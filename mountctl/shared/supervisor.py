@@ -48,6 +48,8 @@ def _published(mount: Mount, event: dict[str, Any]) -> Any:
                            error={"type": "MountFailed", "message": f"the watchdog gave up: {event['detail']}"})
         elif kind in ("remounted", "mounted"):
             changes.update(state="mounted", since=event["time"])
+        if record.state == "stopping":  # a late watchdog event must not reopen a mount being taken down to joiners
+            changes.pop("state", None)
         return record.with_event(event, **changes)
 
     return change
@@ -87,7 +89,7 @@ def serve(mount_dir: str, registry: Registry | None = None) -> int:
                 mount.stop()
                 _remove_when_waiters_left(registry, mount_dir, stop)
                 return 1
-            if _nobody_holds(registry, mount_dir):
+            if _stopping_as_nobody_holds(registry, mount_dir):
                 break
     finally:
         shut_down(registry, mount_dir, mount)
@@ -126,16 +128,21 @@ def _remove_when_waiters_left(registry: Registry, mount_dir: str, stop: threadin
     _remove_own_record(registry, mount_dir)
 
 
-def _nobody_holds(registry: Registry, mount_dir: str) -> bool:
+def _stopping_as_nobody_holds(registry: Registry, mount_dir: str) -> bool:
+    """True when the mount is to end; then the record is already marked `stopping`, in the same hold of the lock
+    as the look at its holders: a job joining after that look sees `stopping` and waits for a new mount, instead
+    of joining this one and having it taken down under it."""
     with registry.locked(mount_dir):
         record = registry.read(mount_dir)
-        if record is None or record.stop_requested:
+        if record is None:
             return True
         holders = tuple(h for h in record.holders if process_alive(h))
         if len(holders) != len(record.holders):
             log.info("reclaimed %d holder(s) of %s whose process ended", len(record.holders) - len(holders), mount_dir)
-            registry.write(record.replace(holders=holders))
-        return not holders and not record.pinned
+        ending = record.stop_requested or (not holders and not record.pinned)
+        if ending or len(holders) != len(record.holders):
+            registry.write(record.replace(holders=holders, state="stopping" if ending else record.state))
+        return ending
 
 
 def main(argv: list[str] | None = None) -> int:

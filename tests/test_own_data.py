@@ -205,3 +205,20 @@ def test_wids_reads_the_index_mountctl_wrote_and_finds_the_same_samples(s3, buck
             assert int(sample[".cls"].read()) == label
             assert sample[".jpg"].read() == body[image_at:image_at + image_size]
             position += 1
+
+
+def test_a_sample_keyed_with_two_underscores_is_indexed_and_trained_once(s3, bucket, tmp_path):
+    """webdataset reads ``__a.jpg`` as sample ``__a``: the index counts it too, so no later sample is dropped."""
+    import webdataset
+    from own_data_support import image_bytes
+
+    keys = ["img0", "__a", "img2", "img3", "img4", "img5"]
+    pattern = str(tmp_path / "train-%06d.tar")
+    with webdataset.ShardWriter(pattern, maxcount=len(keys), verbose=0) as writer:
+        for n, key in enumerate(keys):
+            writer.write({"__key__": key, "jpg": image_bytes(n), "cls": n % 3})
+    s3.upload_file(pattern % 0, bucket, "own/train-000000.tar")
+    summary = index(f"s3://{bucket}/own/")
+    assert summary["samples"] == len(keys)
+    trained, counts = train(f"s3://{bucket}/own/", tmp_path, "--source-kind", "s3io", "--num-workers", "1")
+    assert sorted(counts) == sorted(keys) and set(counts.values()) == {1}

@@ -13,7 +13,8 @@ import zlib
 
 import pytest
 
-from mountctl.pytorch.data.tarwalk import LabelRule, RangedReader, StreamReader, split_member_name, walk_shard
+from mountctl.pytorch.data.tarsamples import split_member_name
+from mountctl.pytorch.data.tarwalk import LabelRule, RangedReader, StreamReader, walk_shard
 from mountctl.pytorch.errors import DatasetError, TruncatedShard
 
 

@@ -151,7 +151,7 @@ class ShardDataset(IterableDataset):
             wanted = [shard.first_index + i for i in order]
             yield from reordered(read_shard(name, stream, first_index=shard.first_index, start=min(order),
                                             stop=max(order) + 1, expected=shard.samples, labels=shard.labels,
-                                            hint=self.manifest.fix_hint()), wanted)
+                                            members=shard.members, hint=self.manifest.fix_hint()), wanted)
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         info = get_worker_info()

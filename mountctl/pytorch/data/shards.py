@@ -1,8 +1,10 @@
 """WebDataset shard parsing, decoding and batching: one code path for every source kind.
 
 Whatever delivered the bytes (a mounted file, s3torchconnector, s3fs), the
-tar stream goes through webdataset's own expander and key grouping, then the
-same decode, so all three kinds produce identical samples.  Images stay
+tar stream is read member by member and grouped into samples by webdataset's
+rule (``tarsamples``, which the index uses too), then the same decode, so all
+three kinds produce identical samples, and a shard that does not match its
+index fails where they part instead of giving samples their neighbours' labels.  Images stay
 uint8 here; normalisation happens on the accelerator (``model.py``), which
 moves a quarter of the bytes to the device.
 """
@@ -19,7 +21,8 @@ from typing import Any, BinaryIO
 import torch
 
 from mountctl.pytorch.data.jpeg import DECODE_ERRORS, decode_jpeg, jpeg_frame
-from mountctl.pytorch.data.manifest import IMAGE_KEYS
+from mountctl.pytorch.data.manifest import IMAGE_KEYS, Member
+from mountctl.pytorch.data.tarsamples import SampleGroups, image_key
 from mountctl.pytorch.errors import DatasetError, TruncatedShard, remake_hint
 
 __all__ = ["RawSample", "read_shard", "decode", "reordered", "batched", "IMAGE_EXTENSIONS"]
@@ -42,32 +45,68 @@ class RawSample:
     shard: str = ""
 
 
-def _samples_of(name: str, stream: BinaryIO) -> Iterator[dict[str, Any]]:
-    from webdataset.tariterators import group_by_keys, tar_file_expander
-
-    def reraise(exc: Exception) -> bool:
-        raise exc
-
-    return group_by_keys(tar_file_expander([{"url": name, "stream": stream}], handler=reraise, eof_value=None),
-                         handler=reraise)
+@dataclass
+class _Sample:
+    key: str
+    values: dict[str, bytes]
+    offsets: dict[str, int]  # member key -> where its data starts in the shard
 
 
-def _to_raw(name: str, sample: dict[str, Any], index: int, label: int | None, hint: str) -> RawSample:
-    image = next((sample[ext] for ext in IMAGE_EXTENSIONS if ext in sample), None)
+def _samples_of(name: str, stream: BinaryIO) -> Iterator[_Sample]:
+    """The shard's samples in tar order, members placed by ``SampleGroups`` (the index's rule)."""
+    groups = SampleGroups(name)
+    current: _Sample | None = None
+    with tarfile.open(fileobj=stream, mode="r|*") as tar:
+        for info in tar:
+            if not info.isreg():
+                continue
+            placed = groups.place(info.name)
+            if placed is None:
+                continue
+            key, member, starts = placed
+            if starts:
+                if current is not None:
+                    yield current
+                current = _Sample(key, {}, {})
+            assert current is not None  # the first member placed always starts a sample
+            data = tar.extractfile(info).read()  # type: ignore[union-attr]
+            if len(data) != info.size:
+                raise EOFError(f"{info.name} is cut off")
+            current.values[member] = data
+            current.offsets[member] = info.offset_data
+            tar.members = []  # type: ignore[attr-defined]  # a stream keeps no list of what it passed
+    if current is not None:
+        yield current
+
+
+def _check_against_index(name: str, sample: _Sample, position: int, member: Member | None, hint: str) -> None:
+    """The sample at ``position`` is the one the index describes there: its image starts where the index says."""
+    image = image_key(sample.values)
+    if member is None or image is None or sample.offsets[image] == member[0]:
+        return
+    raise DatasetError(f"shard {name} does not match its index: sample {position} is {sample.key!r} with its "
+                       f"image at byte {sample.offsets[image]}, the index says byte {member[0]} (the shard was "
+                       f"rewritten, or indexed by an older mountctl that grouped its members differently); "
+                       f"reading on would give samples other samples' labels: {hint}")
+
+
+def _to_raw(name: str, sample: _Sample, index: int, label: int | None, hint: str) -> RawSample:
+    values = sample.values
+    image_at = image_key(values)
+    image = None if image_at is None else values[image_at]
     if image is not None and label is not None:  # the index read the label (cls, txt or a json field) already
-        return RawSample(str(sample["__key__"]), index, image, label, name)
-    if image is None or "cls" not in sample:
+        return RawSample(sample.key, index, image, label, name)
+    if image is None or "cls" not in values:
         # What a shard cut off between a sample's two members looks like.
-        parts = sorted(k for k in sample if not k.startswith("__"))
-        raise TruncatedShard(f"shard {name} is truncated or malformed: sample {sample.get('__key__')!r} has "
-                             f"only {parts}, not an image ({'/'.join(IMAGE_EXTENSIONS)}) and a .cls label; "
-                             f"{hint}", shard=name)
+        raise TruncatedShard(f"shard {name} is truncated or malformed: sample {sample.key!r} has "
+                             f"only {sorted(values)}, not an image ({'/'.join(IMAGE_EXTENSIONS)}) and a .cls "
+                             f"label; {hint}", shard=name)
     try:
-        label = int(sample["cls"])
+        label = int(values["cls"])
     except ValueError:
-        raise DatasetError(f"sample {sample['__key__']!r} in shard {name} has a .cls that is not an integer "
-                           f"label: {bytes(sample['cls'][:20])!r}") from None
-    return RawSample(str(sample["__key__"]), index, image, label, name)
+        raise DatasetError(f"sample {sample.key!r} in shard {name} has a .cls that is not an integer "
+                           f"label: {bytes(values['cls'][:20])!r}") from None
+    return RawSample(sample.key, index, image, label, name)
 
 
 def _reason(exc: BaseException) -> str:
@@ -77,13 +116,16 @@ def _reason(exc: BaseException) -> str:
 
 
 def read_shard(name: str, stream: BinaryIO, *, first_index: int, start: int, stop: int,
-               expected: int, labels: Sequence[int] | None = None, hint: str = "") -> Iterator[RawSample]:
+               expected: int, labels: Sequence[int] | None = None, members: Sequence[Member] | None = None,
+               hint: str = "") -> Iterator[RawSample]:
     """Samples ``start`` to ``stop`` of one shard, stopping once past ``stop``.
 
     A tar stream that ends early or breaks off mid-member raises
     ``TruncatedShard`` naming the shard: silently training on fewer samples
     would break the exactly-once promise.  ``labels``: each sample's label
     from the index (a user's data); else each sample's ``.cls`` is read.
+    ``members``: the index's tar index; each sample read must start where it says, and a reader that
+    reaches the shard's last sample checks that no other follows.
     ``hint``: what to run when the shard does not match its description.
     """
     hint = hint or remake_hint()
@@ -91,7 +133,13 @@ def read_shard(name: str, stream: BinaryIO, *, first_index: int, start: int, sto
     try:
         for sample in _samples_of(name, stream):
             if position >= stop:
-                return
+                if members is None or stop < expected:
+                    return
+                raise DatasetError(f"shard {name} does not match its index: it holds more than the {expected} "
+                                   f"samples the index lists (sample {sample.key!r} follows); {hint}")
+            if members is not None:
+                _check_against_index(name, sample, position, members[position] if position < len(members)
+                                     else None, hint)
             if position >= start:
                 yield _to_raw(name, sample, first_index + position,
                               None if labels is None else labels[position], hint)

@@ -16,7 +16,8 @@ from dataclasses import replace
 from typing import Any, BinaryIO
 
 from mountctl import S3Settings, parse_s3_uri, s3
-from mountctl.pytorch.data.manifest import MANIFEST_NAME, Member, load_manifest, save_manifest
+from mountctl.pytorch.data.manifest import IMAGE_KEYS, MANIFEST_NAME, Member, load_manifest, save_manifest
+from mountctl.pytorch.data.tarsamples import SampleGroups, image_key
 from mountctl.pytorch.errors import DatasetError, TruncatedShard, remake_hint
 
 __all__ = ["index_tar", "index_dataset", "IndexResult"]
@@ -44,29 +45,34 @@ def index_tar(name: str, stream: BinaryIO, expected: int | None = None) -> list[
 
     A tar cut at a member boundary reads as a shorter one: ``expected`` (the manifest's count) catches that.
     """
-    members: list[Member] = []
-    pending: dict[str, tuple[int, int, int]] = {}  # key -> (jpg offset, size, crc) until its .cls arrives
+    found: list[tuple[str, dict[str, tuple[int, int, int]]]] = []  # per sample: member key -> (offset, size, crc)
+    groups = SampleGroups(name)  # the rule the training read groups members by
     try:
         with tarfile.open(fileobj=stream, mode="r|") as tar:
             for info in tar:
-                if not info.isfile():
+                placed = groups.place(info.name) if info.isreg() else None
+                if placed is None:
                     continue
-                key, _, ext = info.name.rpartition(".")
-                if ext == "jpg":
+                key, member, starts = placed
+                if starts:
+                    found.append((key, {}))
+                if member in IMAGE_KEYS or member == "cls":
                     data = tar.extractfile(info).read()  # type: ignore[union-attr]
                     if len(data) != info.size:
                         raise EOFError(f"{info.name} is cut off")
-                    pending[key] = (info.offset_data, info.size, zlib.crc32(data))
-                elif ext == "cls" and key in pending:
-                    offset, size, crc = pending.pop(key)
-                    members.append((offset, size, info.offset_data, info.size, crc))
+                    found[-1][1][member] = (info.offset_data, info.size, zlib.crc32(data))
     except (tarfile.TarError, EOFError) as exc:
-        raise TruncatedShard(f"shard {name} is truncated or corrupt after {len(members)} samples "
+        raise TruncatedShard(f"shard {name} is truncated or corrupt after {len(found)} samples "
                              f"({exc.args[0] if exc.args else type(exc).__name__}); {remake_hint()}",
                              shard=name) from None
-    if pending:
-        raise TruncatedShard(f"shard {name}: samples {sorted(pending)[:3]} have a .jpg but no .cls label",
-                             shard=name)
+    members: list[Member] = []
+    for key, parts in found:
+        image = image_key(parts)
+        if image is None or "cls" not in parts:
+            raise TruncatedShard(f"shard {name}: sample {key!r} has {sorted(parts)}, not an image and a .cls "
+                                 f"label; {remake_hint()}", shard=name)
+        (image_at, image_size, crc), (cls_at, cls_size, _) = parts[image], parts["cls"]
+        members.append((image_at, image_size, cls_at, cls_size, crc))
     if expected is not None and len(members) != expected:
         raise TruncatedShard(f"shard {name} holds {len(members)} samples but the manifest says {expected}: it was "
                              f"truncated or overwritten; {remake_hint()}",

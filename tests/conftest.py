@@ -172,9 +172,7 @@ def backend(request):
     name = request.param
     require_fuse()
     if not BACKENDS[name].available():
-        if name == "mount-s3":
-            pytest.skip("mount-s3 is not on PATH (AWS's package; not in Debian or PyPI)")
-        missing(f"{name} is not installed")
+        missing(f"{name} is not installed; `bash scripts/setup.sh` installs or builds it")
     return name
 
 

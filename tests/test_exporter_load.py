@@ -146,3 +146,70 @@ def _closed(connection: socket.socket) -> bool:
         return True
     except OSError:
         return False
+
+
+SLOW_SENDERS = 20  # more than the exporter's 16 workers
+REQUEST_DEADLINE_S = 10.0  # the exporter's default request timeout
+
+
+def test_slow_senders_are_closed_at_the_request_deadline_and_never_keep_other_clients_waiting(tmp_path):
+    """Each slow sender sends one byte of a request that never ends every half second: every read it makes the
+    exporter wait for answers well within a per-read timeout, so only a deadline on the whole request ends it."""
+    port = _free_port()
+    base = f"http://127.0.0.1:{port}"
+    with open(tmp_path / "exporter.log", "wb") as log:
+        exporter = subprocess.Popen([sys.executable, "-m", "mountctl", "exporter", "--listen", f"127.0.0.1:{port}",
+                                     "--interval", "120"], stdout=log, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL)
+    senders: list[socket.socket] = []
+    closed_after: dict[int, float] = {}
+    stop = threading.Event()
+    try:
+        _until("the exporter answering /healthz", lambda: _get(base + "/healthz", 1)[0] == 200, 30)
+        senders = [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(SLOW_SENDERS)]
+        opened = time.monotonic()
+        endless = b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-Slow: " + b"a" * 100_000
+
+        def trickle() -> None:
+            offset = 0
+            while not stop.is_set():
+                for number, sender in enumerate(senders):
+                    if number not in closed_after and _peer_closed(sender, endless[offset:offset + 1]):
+                        closed_after[number] = time.monotonic() - opened
+                offset += 1
+                stop.wait(0.5)
+
+        thread = threading.Thread(target=trickle, daemon=True)
+        thread.start()
+        time.sleep(2.0)  # every sender has sent a few bytes: none is an idle connection any more
+        started = time.monotonic()
+        try:
+            code = _get(base + "/healthz", 5)[0]
+        except OSError as exc:  # timed out: every worker is held by a slow sender
+            code = f"no answer within 5 s ({exc})"
+        assert code == 200, f"/healthz beside {SLOW_SENDERS} slow senders: {code}"
+        print(f"\n[exporter slow senders] /healthz beside {SLOW_SENDERS} slow senders answered in "
+              f"{(time.monotonic() - started) * 1000:.0f} ms")
+        _until("every slow sender closed by the exporter",
+               lambda: len(closed_after) == SLOW_SENDERS, REQUEST_DEADLINE_S + 10)
+        assert max(closed_after.values()) < REQUEST_DEADLINE_S + 5, closed_after
+    finally:
+        stop.set()
+        for sender in senders:
+            sender.close()
+        stop_child(exporter, grace_s=10, kill_wait_s=5)
+
+
+def _peer_closed(connection: socket.socket, byte: bytes) -> bool:
+    """Send one more byte; True when the peer has closed the connection (EOF or a reset)."""
+    try:
+        connection.send(byte)
+        connection.setblocking(False)
+        try:
+            return connection.recv(1024) == b""
+        except BlockingIOError:
+            return False
+        finally:
+            connection.setblocking(True)
+    except OSError:
+        return True

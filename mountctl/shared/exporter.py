@@ -4,15 +4,19 @@ A scrape costs O(mounts) and starts no process: mounts are probed in the backgro
 every ``interval_s`` (``snapshot.StatusSnapshot``) and each scrape joins the registry
 records as they are now with the last probe, into the same figures ``mountctl status
 --json`` prints (``metrics``).  The HTTP side is bounded too: connections wait in a
-lobby (at most ``backlog``; beyond it one is closed at once) until they send a request,
-an idle one is closed after the request timeout without ever holding a thread, a fixed
-pool of workers serves the requests, and every read and write has a timeout.
-``/healthz`` says the exporter runs; ``/readyz`` is 200 unless a mount is broken, else
-503 naming which is not and why.
+lobby (at most ``backlog``; beyond it one is closed at once) until their whole request
+has arrived, read there without a thread each; one whose request is not complete within
+the request timeout of its connect (idle, or sending a byte at a time) is closed without
+ever holding a worker; complete requests queue (bounded, else 503) for a fixed pool of
+workers, and every answer is written within what is left of that deadline.
+``/healthz`` says the exporter runs; ``/readyz`` is 200 unless a mount is broken (one
+starting or stopping is not), else 503 naming which is not and why.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import logging
 import queue
 import selectors
@@ -20,6 +24,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import Any, cast
 
@@ -133,20 +138,33 @@ class MountCollector:
 BROKEN_HEALTH = tuple(state for state in HEALTH_STATES if state not in SERVING_STATES)
 
 
+# Record states a job passes through on purpose, each within its own bound (the mount timeout, the unmount
+# bound): a node with a mount in one of them is not broken.  A supervisor that died there reads "abandoned".
+IN_TRANSITION = ("starting", "stopping")
+
+
 def readiness(rows: Iterable[dict[str, Any]]) -> tuple[bool, str]:
-    """(ready, body): ready unless a mount is broken; the body names each broken mount, and why."""
+    """(ready, body): ready unless a mount is broken; the body names each broken mount, and why.
+
+    A mount still starting (a job is mounting) or stopping (a job has left) is not broken: it is counted by
+    its state in the body.  One that fails to start turns ``failed``, which is broken.
+    """
     problems = []
-    count = 0
+    up = 0
+    moving: dict[str, int] = {}
     for row in rows:
-        count += 1
         health = row["health"]
-        if row["state"] != "mounted" or health.get("state") in BROKEN_HEALTH:
+        if row["state"] in IN_TRANSITION:
+            moving[row["state"]] = moving.get(row["state"], 0) + 1
+        elif row["state"] != "mounted" or health.get("state") in BROKEN_HEALTH:
             why = health.get("error") or row.get("last_error") or ""
             problems.append(f"{row['dir']} ({row['uri']}, {row['backend']}): state {row['state']}, "
                             f"health {health.get('state')}" + (f": {why}" if why else ""))
+        else:
+            up += 1
     if problems:
         return False, "not ready:\n" + "\n".join(problems) + "\n"
-    return True, f"ready: {count} mount(s) up\n"
+    return True, f"ready: {up} mount(s) up" + "".join(f", {n} {state}" for state, n in moving.items()) + "\n"
 
 
 def parse_listen(text: str) -> tuple[str, int]:
@@ -173,24 +191,52 @@ def address_family(host: str, port: int) -> socket.AddressFamily:
     return family
 
 
+MAX_HEAD_BYTES = 64 * 1024  # a request line and headers; http.server's own line limit
+
+
+@dataclass
+class _Arrival:
+    """A connection in the lobby: who, until when its whole request may take, and what it has sent so far."""
+
+    client_address: Any
+    deadline: float
+    head: bytearray = field(default_factory=bytearray)
+
+
+class _PreReadHandler(BaseHTTPRequestHandler):
+    """Reads the request the lobby has already received, and writes the answer within what is left of the deadline."""
+
+    server: _BoundedHTTPServer
+
+    def setup(self) -> None:
+        super().setup()
+        head, deadline = self.server.arrival()
+        self.rfile = io.BytesIO(head)
+        self.connection.settimeout(max(1.0, deadline - time.monotonic()))
+
+
 class _BoundedHTTPServer(HTTPServer):
-    """Connections wait in a lobby until they send a request; ``workers`` threads serve the ones that did.
+    """Connections wait in a lobby until their whole request head has arrived; ``workers`` threads answer them.
 
     ``ThreadingHTTPServer`` starts a thread per connection with no cap and no timeout: a few
-    hundred idle clients hold a few hundred threads.  Here an idle connection costs a slot in
-    one selector, is closed after ``idle_s``, and at most ``backlog`` wait at once; a worker
-    is given a connection only once its request has begun to arrive.
+    hundred idle clients hold a few hundred threads.  Here a connection costs a slot in one
+    selector while its request arrives, and at most ``backlog`` wait at once.  The lobby reads
+    each request head itself, without blocking, so a client that sends a byte at a time holds
+    no worker: it is closed when ``deadline_s`` after it connected its request is still not
+    complete, however steadily it trickles.  A complete request waits for a worker in a queue
+    of at most ``waiting``; beyond that it is answered 503 at once.
     """
 
-    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], *,
-                 family: socket.AddressFamily, workers: int, backlog: int, idle_s: float) -> None:
+    def __init__(self, address: tuple[str, int], handler: type[_PreReadHandler], *,
+                 family: socket.AddressFamily, workers: int, backlog: int, deadline_s: float, waiting: int) -> None:
         self.address_family = family
         self.request_queue_size = backlog  # the kernel's accept queue (socketserver's default of 5 drops SYNs)
         super().__init__(address, handler)
-        self._backlog, self._idle_s = backlog, idle_s
+        self._backlog, self._deadline_s = backlog, deadline_s
         self._lobby = selectors.DefaultSelector()
         self._lobby_lock = threading.Lock()
-        self._ready: queue.Queue[tuple[Any, Any] | None] = queue.Queue()
+        self._ready: queue.Queue[tuple[socket.socket, _Arrival] | None] = queue.Queue(maxsize=waiting)
+        self._current = threading.local()  # the arrival a worker serves, for its handler
         self._closing = threading.Event()
         self._arrived = threading.Event()
         self._threads = [threading.Thread(target=self._work, name=f"mountctl-exporter-{n}", daemon=True)
@@ -205,7 +251,9 @@ class _BoundedHTTPServer(HTTPServer):
                 log.warning("exporter: %d connections wait already; closed one from %s", self._backlog, client_address)
                 self.shutdown_request(request)
                 return
-            self._lobby.register(request, selectors.EVENT_READ, (client_address, time.monotonic()))
+            request.setblocking(False)
+            self._lobby.register(request, selectors.EVENT_READ,
+                                 _Arrival(client_address, time.monotonic() + self._deadline_s))
         self._arrived.set()
 
     def _watch_lobby(self) -> None:
@@ -215,26 +263,69 @@ class _BoundedHTTPServer(HTTPServer):
                 self._arrived.clear()
                 continue
             events = self._lobby.select(timeout=0.05)
-            now = time.monotonic()
             with self._lobby_lock:
                 for key, _ in events:
-                    self._lobby.unregister(key.fileobj)
-                    self._ready.put((key.fileobj, key.data[0]))
+                    self._read_some(cast(socket.socket, key.fileobj), key.data)
+                now = time.monotonic()
                 for key in list(self._lobby.get_map().values()):
-                    if now - key.data[1] > self._idle_s:  # sent nothing in time: closed, no worker spent on it
+                    if now > key.data.deadline:  # its request did not arrive in time: closed, no worker spent on it
                         self._lobby.unregister(key.fileobj)
-                        self.shutdown_request(cast(socket.socket, key.fileobj))
+                        self._refuse(cast(socket.socket, key.fileobj), "408 Request Timeout",
+                                     f"the request did not arrive within {self._deadline_s:g}s\n", answer=bool(key.data.head))
+
+    def _read_some(self, request: socket.socket, arrival: _Arrival) -> None:
+        """Take what the client has sent; hand the connection on once its request head is complete."""
+        try:
+            data = request.recv(16384)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data = b""
+        if not data:  # the client went away
+            self._lobby.unregister(request)
+            self.shutdown_request(request)
+            return
+        arrival.head += data
+        if b"\r\n\r\n" not in arrival.head and b"\n\n" not in arrival.head:
+            if len(arrival.head) > MAX_HEAD_BYTES:
+                self._lobby.unregister(request)
+                self._refuse(request, "431 Request Header Fields Too Large",
+                             f"the request head exceeds {MAX_HEAD_BYTES} bytes\n")
+            return
+        self._lobby.unregister(request)
+        try:
+            self._ready.put_nowait((request, arrival))
+        except queue.Full:
+            log.warning("exporter: %d requests wait for a worker already; refused one from %s",
+                        self._ready.maxsize, arrival.client_address)
+            self._refuse(request, "503 Service Unavailable",
+                         f"busy: {self._ready.maxsize} requests wait for a worker already; retry\n")
+
+    def _refuse(self, request: socket.socket, status: str, why: str, *, answer: bool = True) -> None:
+        """Answer with one status line, without blocking (a client that reads nothing gets nothing), and close."""
+        if answer:
+            body = why.encode()
+            with contextlib.suppress(OSError):
+                request.send(f"HTTP/1.0 {status}\r\nContent-Type: text/plain; charset=utf-8\r\n"
+                             f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode() + body)
+        self.shutdown_request(request)
+
+    def arrival(self) -> tuple[bytes, float]:
+        """For the handler on a worker thread: the request head the lobby read, and the connection's deadline."""
+        arrival: _Arrival = self._current.arrival
+        return bytes(arrival.head), arrival.deadline
 
     def _work(self) -> None:
         while True:
             item = self._ready.get()
             if item is None:
                 return
-            request, client_address = item
+            request, arrival = item
+            self._current.arrival = arrival
             try:
-                self.finish_request(request, client_address)
+                self.finish_request(request, arrival.client_address)
             except Exception:  # a client that went away or timed out: its connection only
-                log.debug("exporter: a connection from %s failed", client_address, exc_info=True)
+                log.debug("exporter: a connection from %s failed", arrival.client_address, exc_info=True)
             finally:
                 self.shutdown_request(request)
 
@@ -246,9 +337,15 @@ class _BoundedHTTPServer(HTTPServer):
                 self._lobby.unregister(key.fileobj)
                 self.shutdown_request(cast(socket.socket, key.fileobj))
         self._arrived.set()
+        with contextlib.suppress(queue.Empty):
+            while True:  # requests no worker took: closed, so that the stop signals below fit in the queue
+                item = self._ready.get_nowait()
+                if item is not None:
+                    self.shutdown_request(item[0])
         for thread in self._threads:
             if thread.name != "mountctl-exporter-lobby":
-                self._ready.put(None)
+                with contextlib.suppress(queue.Full):
+                    self._ready.put(None, timeout=1)
         for thread in self._threads:
             thread.join(timeout=5)
         self._lobby.close()
@@ -258,21 +355,22 @@ class Exporter:
     """The HTTP server; ``start()`` serves on a daemon thread and probes in the background, ``stop()`` ends both.
 
     ``timeout_s`` bounds each mount's probe, ``interval_s`` is the time between probe rounds,
-    ``request_timeout_s`` bounds every read and write of a connection and how long one may
-    wait without sending a request, ``workers`` caps the requests served at once and
-    ``backlog`` the connections waiting.
+    ``request_timeout_s`` bounds the whole request of a connection from its connect (an idle one,
+    or one sending a byte at a time, is closed then), ``workers`` caps the requests served at once,
+    ``backlog`` the connections whose request is still arriving and ``waiting`` the complete
+    requests queued for a worker (beyond it, 503).
     """
 
     def __init__(self, host: str = "127.0.0.1", port: int = 9464, *, timeout_s: float = 2.0,
                  interval_s: float = 5.0, request_timeout_s: float = 10.0, workers: int = 16,
-                 backlog: int = 128) -> None:
+                 backlog: int = 128, waiting: int = 64) -> None:
         self.timeout_s = timeout_s
         self.snapshot = StatusSnapshot(timeout_s, interval_s)
         self.registry = CollectorRegistry()
         self.registry.register(MountCollector(timeout_s, rows=self.snapshot.rows))
-        self._server = _BoundedHTTPServer((host, port), self._handler(request_timeout_s),
+        self._server = _BoundedHTTPServer((host, port), self._handler(),
                                           family=address_family(host, port), workers=workers, backlog=backlog,
-                                          idle_s=request_timeout_s)
+                                          deadline_s=request_timeout_s, waiting=waiting)
         self._thread: threading.Thread | None = None
 
     @property
@@ -280,12 +378,10 @@ class Exporter:
         host, port = self._server.server_address[:2]
         return str(host), int(port)
 
-    def _handler(self, request_timeout_s: float) -> type[BaseHTTPRequestHandler]:
+    def _handler(self) -> type[_PreReadHandler]:
         exporter = self
 
-        class Handler(BaseHTTPRequestHandler):
-            timeout = request_timeout_s  # every read and write of the connection (StreamRequestHandler)
-
+        class Handler(_PreReadHandler):
             def do_GET(self) -> None:  # noqa: N802 (the http.server spelling)
                 path = self.path.split("?", 1)[0]
                 try:

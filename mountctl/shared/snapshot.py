@@ -84,12 +84,16 @@ class StatusSnapshot:
 
     def _loop(self) -> None:
         while not self._stopping.is_set():
+            # Cleared before the round reads the registry: a mount that appears during the round is either in it
+            # or wakes the next one, and a wake is used once (left set, every round would follow the last by 1 s).
+            self._wake.clear()
             try:
                 self.probe_round()
             except Exception:  # a broken round is logged; the next one may succeed, scrapes keep the last
                 log.exception("exporter: probing the mounts failed")
             # At least a second between rounds, however often scrapes wake it: no scrape rate makes it fork more.
-            self._stopping.wait(min(1.0, self.interval_s))
+            if self._stopping.wait(min(1.0, self.interval_s)):
+                return
             self._wake.wait(self.interval_s)
 
     def start(self) -> StatusSnapshot:

@@ -93,6 +93,14 @@ def test_a_record_whose_supervisor_died_is_abandoned_and_not_ready(tmp_path):
     assert str(tmp_path / "m") in body and "supervisor is gone" in body
 
 
+def test_a_mount_still_starting_keeps_the_node_ready_and_is_named(tmp_path):
+    """A job mounting is not a broken node: /readyz must not turn 503 each time one starts."""
+    starting = mount_figures(_record(tmp_path, state="starting", restarts=0, last_error="", program_pid=None),
+                             timeout_s=1.0)
+    assert not starting["up"]
+    assert readiness([starting]) == (True, "ready: 0 mount(s) up, 1 starting\n")
+
+
 def test_rclone_samples_and_vfs_stats_are_labelled_by_mount(tmp_path):
     row = mount_figures(_record(tmp_path), timeout_s=1.0)
     row["program"] = {

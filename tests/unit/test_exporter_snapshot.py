@@ -16,12 +16,16 @@ from mountctl.shared.registry import MountRecord, Registry
 from mountctl.shared.snapshot import StatusSnapshot
 
 
-def _registry(tmp_path) -> Registry:
+def _mounted(tmp_path) -> MountRecord:
+    return MountRecord(uri="s3://data/", mount_dir=str(tmp_path / "m"), spec={}, identity={}, state="mounted",
+                       backend="s3fs", supervisor=process_identity(), program_pid=os.getpid(), since=time.time())
+
+
+def _registry(tmp_path, *, empty: bool = False) -> Registry:
     registry = Registry(str(tmp_path / "mounts"))
     os.makedirs(registry.dir)
-    registry.write(MountRecord(uri="s3://data/", mount_dir=str(tmp_path / "m"), spec={}, identity={},
-                               state="mounted", backend="s3fs", supervisor=process_identity(),
-                               program_pid=os.getpid(), since=time.time()))
+    if not empty:
+        registry.write(_mounted(tmp_path))
     return registry
 
 
@@ -57,3 +61,24 @@ def test_a_cache_is_walked_at_most_once_per_period(tmp_path):
     first = snapshot._cache_bytes(str(cache))
     (cache / "b").write_bytes(b"x" * 8192)
     assert snapshot._cache_bytes(str(cache)) == first > 0
+
+
+def test_a_new_mount_wakes_one_round_and_then_rounds_keep_the_interval(tmp_path):
+    """A scrape that sees a mount no round covered wakes the prober once; the wake must not stay set, or every
+    round after it runs each second (a probe process per mount per second) whatever ``interval_s`` says."""
+    registry = _registry(tmp_path, empty=True)
+    snapshot = StatusSnapshot(timeout_s=1.0, interval_s=60, registry=registry).start()
+    try:
+        deadline = time.monotonic() + 10
+        while snapshot.rounds < 1:  # the first round, over no mount
+            assert time.monotonic() < deadline, "the first round never ran"
+            time.sleep(0.01)
+        registry.write(_mounted(tmp_path))  # a mount appears between rounds
+        assert snapshot.rows()[0]["health"]["state"] == "unprobed"
+        while snapshot.rounds < 2:  # woken at once, not in 60 s
+            assert time.monotonic() < deadline, "a new mount did not wake the prober"
+            time.sleep(0.01)
+        time.sleep(3.0)  # three times the floor between rounds, a twentieth of the interval
+        assert snapshot.rounds == 2
+    finally:
+        snapshot.stop()

@@ -106,3 +106,26 @@ def test_doctor_reports_each_check_and_fails_without_credentials(s3_env, tmp_pat
     done = subprocess.run(MOUNTCTL + ["doctor"], capture_output=True, text=True, timeout=60, env=env)
     assert done.returncode == 1
     assert "FAIL] credentials" in done.stdout and "fix:" in done.stdout
+
+
+@pytest.mark.parametrize("suite", ["mlperf", "node", "all"])
+def test_a_bench_argument_error_stops_before_the_embedded_s3_starts(suite, user_env):
+    """`resnet.py bench` without a URI starts the embedded S3: a wrong argument must be one line before that, not
+    after it (issue 36.10: `--suite mlperf` started the server, then stopped on a `--store` it had not defaulted)."""
+    resnet = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "resnet.py")
+    done = subprocess.run([sys.executable, resnet, "bench", "--suite", suite, "--quick", "--far-latency-ms", "-1"],
+                          env=user_env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines() == [
+        "resnet.py bench: error: far profile: latency_ms must lie in 0..10000 (0 turns it off), not -1"]
+    assert run(["local-s3", "status"], user_env, check=False).returncode == 3  # never started
+
+
+def test_bench_suite_mlperf_without_dlio_says_so_before_the_embedded_s3_starts(user_env, tmp_path):
+    resnet = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "resnet.py")
+    env = {**user_env, "MOUNTCTL_DLIO_VENV": str(tmp_path / "no-dlio")}
+    done = subprocess.run([sys.executable, resnet, "bench", "--suite", "mlperf", "--quick"],
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1
+    assert len(done.stderr.strip().splitlines()) == 1 and "DLIO is not installed" in done.stderr
+    assert run(["local-s3", "status"], user_env, check=False).returncode == 3  # never started

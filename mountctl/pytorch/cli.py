@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import Any
 
 from mountctl import BACKEND_NAMES, ArgumentParser, MountctlError
 from mountctl.pytorch.data.device_decode import DECODE_CHOICES
@@ -31,22 +32,27 @@ DESCRIPTION = ("ResNet-50 on WebDataset shards in S3, read through a mountctl mo
 PRECISIONS = ("32", "32-true", "16-mixed", "bf16-mixed", "16-true", "bf16-true", "64", "64-true")
 
 
-def _make(args: argparse.Namespace) -> int:
-    from mountctl.pytorch.data.synthetic import MakeConfig, make_dataset, parse_size
+def _make_config(args: argparse.Namespace) -> Any:
+    from mountctl.pytorch.data.synthetic import MakeConfig, parse_size
 
-    config = MakeConfig(uri=args.uri, num_images=args.num_images, image_size=args.image_size,
-                        num_classes=args.num_classes, shard_size=parse_size(args.shard_size), seed=args.seed,
-                        jobs=args.jobs, layout=args.layout)
+    return MakeConfig(uri=args.uri, num_images=args.num_images, image_size=args.image_size,
+                      num_classes=args.num_classes, shard_size=parse_size(args.shard_size), seed=args.seed,
+                      jobs=args.jobs, layout=args.layout)
+
+
+def _make(args: argparse.Namespace, config: Any) -> int:
+    from mountctl.pytorch.data.synthetic import make_dataset
+
     result = make_dataset(config, progress=not args.no_progress)
     print(json.dumps(result.summary(config.uri)), flush=True)
     return 0
 
 
-def _train(args: argparse.Namespace) -> int:
+def _train_config(args: argparse.Namespace) -> Any:
     from mountctl.pytorch.data.sources.mountpoint import mountpoint_options
-    from mountctl.pytorch.training.trainer import TrainConfig, train
+    from mountctl.pytorch.training.trainer import TrainConfig
 
-    train(TrainConfig(
+    return TrainConfig(
         uri=args.uri, source_kind=args.source_kind, batch_size=args.batch_size, max_epochs=args.max_epochs,
         max_steps=args.max_steps, num_workers=args.num_workers, precision=args.precision, backend=args.backend,
         mount_dir=args.mount_dir, devices=args.devices, strategy=args.strategy, accelerator=args.accelerator,
@@ -55,34 +61,56 @@ def _train(args: argparse.Namespace) -> int:
         log_dir=args.log_dir, decode=args.decode, checkpoint_every_n_steps=args.checkpoint_every_n_steps,
         sample_log=args.sample_log, num_nodes=args.num_nodes, arch=args.arch, random_access=args.random_access,
         data_wait_threshold=args.data_wait_threshold, metrics_port=args.metrics_port, index=args.index,
-        **mountpoint_options(args)))
+        **mountpoint_options(args))
+
+
+def _train(args: argparse.Namespace, config: Any) -> int:
+    from mountctl.pytorch.training.trainer import train
+
+    train(config)
     return 0
 
 
-def _index(args: argparse.Namespace) -> int:
-    from mountctl import resolve
-    from mountctl.pytorch.data.indexer import IndexConfig, index_data
+def _index_config(args: argparse.Namespace) -> Any:
+    from mountctl.pytorch.data.indexer import IndexConfig
 
-    config = IndexConfig(uri=args.uri, index_out=args.index_out, label_field=args.label_field, read=args.read,
-                         jobs=args.jobs, image_size=args.image_size)
+    return IndexConfig(uri=args.uri, index_out=args.index_out, label_field=args.label_field, read=args.read,
+                       jobs=args.jobs, image_size=args.image_size)
+
+
+def _index(args: argparse.Namespace, config: Any) -> int:
+    from mountctl import resolve
+    from mountctl.pytorch.data.indexer import index_data
+
     print(json.dumps(index_data(config, resolve(), progress=None if args.no_progress else sys.stderr)), flush=True)
     return 0
 
 
-def _bench(args: argparse.Namespace) -> int:
+def _bench_config(args: argparse.Namespace) -> Any:
+    from mountctl.pytorch.benchmark.command import bench_config
+
+    return bench_config(args)
+
+
+def _bench(args: argparse.Namespace, config: Any) -> int:
     from mountctl.pytorch.benchmark.command import run_bench
 
-    return run_bench(args)
+    return run_bench(args, config)
 
 
-def _demo(args: argparse.Namespace) -> int:
+def _demo_config(args: argparse.Namespace) -> Any:
+    from mountctl.pytorch.demo import DemoConfig
+
+    return DemoConfig(uri=args.uri or DemoConfig.uri, num_images=args.num_images, image_size=args.image_size,
+                      batch_size=args.batch_size, max_epochs=args.max_epochs, num_workers=args.num_workers,
+                      kinds=tuple(args.kinds), store=args.store, far_latency_ms=args.far_latency_ms,
+                      far_rate_mb_s=args.far_rate_mb_s)
+
+
+def _demo(args: argparse.Namespace, config: Any) -> int:
     from mountctl import uri_or_embedded
     from mountctl.pytorch.demo import DemoConfig, run_demo
 
-    config = DemoConfig(uri=args.uri or DemoConfig.uri, num_images=args.num_images, image_size=args.image_size,
-                        batch_size=args.batch_size, max_epochs=args.max_epochs, num_workers=args.num_workers,
-                        kinds=tuple(args.kinds), store=args.store, far_latency_ms=args.far_latency_ms,
-                        far_rate_mb_s=args.far_rate_mb_s)
     with uri_or_embedded(args.uri, DemoConfig.uri):
         rows = run_demo(config)
     return 0 if all(row["status"] == 0 and row["summary"] for row in rows) else 1
@@ -108,7 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
     make.add_argument("--layout", choices=("shards", "files"), default="shards",
                       help="shards: WebDataset tar shards (default); files: one JPEG object per sample, "
                       "ImageFolder layout PREFIX/train/<class>/<key>.jpg")
-    make.set_defaults(func=_make)
+    make.set_defaults(func=_make, configure=_make_config)
 
     index = commands.add_parser("index", help="index your own data once (WebDataset shards or a class-per-folder "
                                 "tree) so train can account for every sample; reads the data, never writes to it")
@@ -125,7 +153,7 @@ def build_parser() -> argparse.ArgumentParser:
     index.add_argument("--jobs", type=int, default=8, help="shards read at once (default 8)")
     index.add_argument("--image-size", type=int, default=224, help="the side training resizes and crops to")
     index.add_argument("--no-progress", action="store_true", help="no progress line")
-    index.set_defaults(func=_index)
+    index.set_defaults(func=_index, configure=_index_config)
 
     train = commands.add_parser("train", help="train ResNet-50 on a dataset written by `make` or indexed by `index`")
     train.add_argument("uri", help="s3://bucket/prefix/ holding shards or class folders and their index, or "
@@ -180,14 +208,14 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--random-access", action="store_true", help="indexed shards: read map-style, one ranged "
                        "read per sample, for a global shuffle (the files layout is always read map-style)")
     add_mountpoint_arguments(train)
-    train.set_defaults(func=_train)
+    train.set_defaults(func=_train, configure=_train_config)
 
     bench = commands.add_parser("bench", help="every source kind side by side with the local-disk and raw-GET "
                                 "limits: loader and ResNet-50 training throughput, JSON + Markdown + PNG")
     from mountctl.pytorch.benchmark.command import add_bench_arguments
 
     add_bench_arguments(bench)
-    bench.set_defaults(func=_bench)
+    bench.set_defaults(func=_bench, configure=_bench_config)
 
     demo = commands.add_parser("demo", help="make a small dataset, train with each source kind, compare images/s")
     demo.add_argument("uri", nargs="?", default=None,
@@ -205,7 +233,7 @@ def build_parser() -> argparse.ArgumentParser:
                       "is read as it is")
     demo.add_argument("--far-latency-ms", type=float, default=None, help="far store: delay per request")
     demo.add_argument("--far-rate-mb-s", type=float, default=None, help="far store: MB/s per connection")
-    demo.set_defaults(func=_demo)
+    demo.set_defaults(func=_demo, configure=_demo_config)
     return parser
 
 
@@ -218,10 +246,18 @@ def _message(exc: BaseException) -> str:
     return text
 
 
+def configure(argv: list[str]) -> tuple[argparse.Namespace, Any]:
+    """The command's dry run: its arguments parsed and what it would run built and checked, with nothing started
+    (no server, no S3 request, no mount).  A usage error exits 1 (``SystemExit``); a wrong value raises
+    ``MountctlError``.  ``main`` does this first, so a bad argument never waits for a server to start."""
+    args = build_parser().parse_args(argv)
+    return args, args.configure(args)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return args.func(args)
+        return args.func(args, args.configure(args))
     except MountctlError as exc:
         print(f"resnet.py {args.command}: error: {_message(exc)}", file=sys.stderr)
         return 1

@@ -19,7 +19,7 @@ from mountctl.pytorch.data.device_decode import DECODE_CHOICES
 from mountctl.pytorch.data.sources import SOURCE_KINDS
 from mountctl.pytorch.data.sources.mountpoint import add_mountpoint_arguments, mountpoint_options
 
-__all__ = ["add_bench_arguments", "run_bench", "DEFAULT_URI"]
+__all__ = ["add_bench_arguments", "bench_config", "run_bench", "DEFAULT_URI"]
 
 DEFAULT_URI = "s3://mountctl/bench/"  # on the embedded local S3, as scripts/bench.sh uses it
 
@@ -98,64 +98,43 @@ def add_bench_arguments(bench: argparse.ArgumentParser) -> None:
     add_mountpoint_arguments(single)
 
 
-def _single(args: argparse.Namespace) -> int:
-    from mountctl.pytorch.benchmark.loader import BenchConfig, bench_loader
+def bench_config(args: argparse.Namespace) -> Any:
+    """What ``bench`` will run, built from its arguments and checked, with nothing started (the command's dry run):
+    a wrong argument fails here, before the embedded local S3 or any proxy starts.
 
-    workers = args.num_workers or (2,)
-    if len(workers) != 1:
-        raise InvalidSpec("with --source-kind, give one --num-workers count")
-    summary = bench_loader(BenchConfig(
-        uri=args.uri, source_kind=args.source_kind, batch_size=args.batch_size or 256, num_workers=workers[0],
-        epochs=args.epochs, warmup_batches=args.warmup_batches, backend=args.backend, mount_dir=args.mount_dir,
-        seed=args.seed, **mountpoint_options(args)))
-    print(json.dumps(summary), flush=True)
-    return 0
+    ``--store`` left out is both stores, or the far store with ``--quick``, in every suite (``default_store``).
+    """
+    from mountctl.pytorch.benchmark.config import default_store, preset
+    from mountctl.pytorch.benchmark.stores import far_profile
 
-
-def _node(args: argparse.Namespace) -> int:
-    from mountctl import uri_or_embedded
-    from mountctl.pytorch.benchmark.node_scale import NodeScaleConfig, node_markdown, run_node_scale, write_node_report
-
-    if args.node_object_mb < 1:
-        raise InvalidSpec(f"--node-object-mb must be at least 1, not {args.node_object_mb}")
-    with uri_or_embedded(args.uri, DEFAULT_URI) as uri:
-        result = run_node_scale(NodeScaleConfig(
-            uri=uri, object_mb=args.node_object_mb, memory_mb=args.node_memory_mb,
-            backends=args.backends or (), store=args.store, far_latency_ms=args.far_latency_ms,
-            far_rate_mb_s=args.far_rate_mb_s))
-    print(node_markdown(result))
-    print("wrote " + write_node_report(result, args.out), flush=True)
-    return 0
-
-
-def run_bench(args: argparse.Namespace) -> int:
-    """SIGTERM (a scheduler, ``kill``, ``timeout``) takes Ctrl-C's way out once the run holds anything (a mount,
-    the embedded S3): every ``with`` and ``finally`` stops what it started, then one line and exit 143."""
-    try:
-        return _run_bench(args)
-    except SystemExit as exc:
-        if exc.code in (128 + signal.SIGTERM, 128 + signal.SIGHUP):  # mountctl's way out on those signals
-            print(f"resnet.py bench: stopped by {signal.Signals(exc.code - 128).name}", file=sys.stderr, flush=True)
-        raise
-
-
-def _run_bench(args: argparse.Namespace) -> int:
+    far_profile(args.far_latency_ms, args.far_rate_mb_s)  # a bad latency or rate fails here, in every suite
     if args.suite == "mlperf":
-        from mountctl.pytorch.benchmark.mlperf import run_mlperf_command
+        from mountctl.pytorch.benchmark.mlperf import MlperfConfig
 
-        return run_mlperf_command(args, DEFAULT_URI)
+        return MlperfConfig(uri=args.uri or DEFAULT_URI, scale=args.preset or ("quick" if args.quick else "full"),
+                            backends=args.backends or (), store=args.store or default_store(args.quick),
+                            far_latency_ms=args.far_latency_ms, far_rate_mb_s=args.far_rate_mb_s, out=args.out)
     if args.source_kind is not None:
+        from mountctl.pytorch.benchmark.loader import BenchConfig
+
         if args.uri is None:
             raise InvalidSpec("with --source-kind, give the URI of a dataset written by `resnet.py make`")
-        return _single(args)
-    from mountctl import uri_or_embedded
-
+        workers = args.num_workers or (2,)
+        if len(workers) != 1:
+            raise InvalidSpec("with --source-kind, give one --num-workers count")
+        return BenchConfig(
+            uri=args.uri, source_kind=args.source_kind, batch_size=args.batch_size or 256, num_workers=workers[0],
+            epochs=args.epochs, warmup_batches=args.warmup_batches, backend=args.backend, mount_dir=args.mount_dir,
+            seed=args.seed, **mountpoint_options(args))
     if args.suite == "node":
-        return _node(args)
-    from mountctl.pytorch.benchmark.config import preset
-    from mountctl.pytorch.benchmark.report import markdown, write_report
-    from mountctl.pytorch.benchmark.sweep import run_sweep
+        from mountctl.pytorch.benchmark.node_scale import NodeScaleConfig
 
+        if args.node_object_mb < 1:
+            raise InvalidSpec(f"--node-object-mb must be at least 1, not {args.node_object_mb}")
+        return NodeScaleConfig(
+            uri=args.uri or DEFAULT_URI, object_mb=args.node_object_mb, memory_mb=args.node_memory_mb,
+            backends=args.backends or (), store=args.store or default_store(args.quick),
+            far_latency_ms=args.far_latency_ms, far_rate_mb_s=args.far_rate_mb_s)
     overrides: dict[str, Any] = {
         "uri": args.uri or DEFAULT_URI, "num_workers": args.num_workers, "shard_sizes": args.shard_sizes,
         "dataset_sizes": args.dataset_sizes, "image_size": args.image_size, "batch_size": args.batch_size,
@@ -166,10 +145,52 @@ def _run_bench(args: argparse.Namespace) -> int:
         "progress": not args.no_progress, "seed": args.seed, "suite": args.suite, "store": args.store,
         "far_latency_ms": args.far_latency_ms, "far_rate_mb_s": args.far_rate_mb_s, "peers": args.peers,
         "peer_data": args.peer_data, "index": args.index}
-    config = preset(args.preset or ("quick" if args.quick else "full"), **overrides)  # bad input fails here
+    return preset(args.preset or ("quick" if args.quick else "full"), **overrides)
+
+
+def run_bench(args: argparse.Namespace, config: Any) -> int:
+    """Run what ``bench_config(args)`` built.
+
+    SIGTERM (a scheduler, ``kill``, ``timeout``) takes Ctrl-C's way out once the run holds anything (a mount,
+    the embedded S3): every ``with`` and ``finally`` stops what it started, then one line and exit 143."""
+    try:
+        return _run_bench(args, config)
+    except SystemExit as exc:
+        if exc.code in (128 + signal.SIGTERM, 128 + signal.SIGHUP):  # mountctl's way out on those signals
+            print(f"resnet.py bench: stopped by {signal.Signals(exc.code - 128).name}", file=sys.stderr, flush=True)
+        raise
+
+
+def _run_bench(args: argparse.Namespace, config: Any) -> int:
+    from mountctl import uri_or_embedded
+    from mountctl.pytorch.benchmark.loader import BenchConfig, bench_loader
+    from mountctl.pytorch.benchmark.mlperf import MlperfConfig, run_mlperf_command
+    from mountctl.pytorch.benchmark.node_scale import NodeScaleConfig
+
+    if isinstance(config, MlperfConfig):
+        return run_mlperf_command(config, args.uri, DEFAULT_URI, progress=not args.no_progress)
+    if isinstance(config, BenchConfig):
+        print(json.dumps(bench_loader(config)), flush=True)
+        return 0
+    if isinstance(config, NodeScaleConfig):
+        return _node(config, args)
+    from mountctl.pytorch.benchmark.report import markdown, write_report
+    from mountctl.pytorch.benchmark.sweep import run_sweep
+
     with uri_or_embedded(args.uri, DEFAULT_URI):
         result = run_sweep(config)
     paths = write_report(result, config.out)
     print(markdown(result))
     print("wrote " + ", ".join(paths.values()), flush=True)
+    return 0
+
+
+def _node(config: Any, args: argparse.Namespace) -> int:
+    from mountctl import uri_or_embedded
+    from mountctl.pytorch.benchmark.node_scale import node_markdown, run_node_scale, write_node_report
+
+    with uri_or_embedded(args.uri, DEFAULT_URI):
+        result = run_node_scale(config)
+    print(node_markdown(result))
+    print("wrote " + write_node_report(result, args.out), flush=True)
     return 0

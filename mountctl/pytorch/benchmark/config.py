@@ -10,7 +10,7 @@ from mountctl.pytorch.data.device_decode import DECODE_CHOICES
 from mountctl.pytorch.data.sources import SOURCE_KINDS
 from mountctl.pytorch.data.synthetic import parse_size
 
-__all__ = ["DatasetSpec", "SweepConfig", "PRESETS", "ACCELERATORS", "SUITES", "QUICK_EXPECTED"]
+__all__ = ["DatasetSpec", "SweepConfig", "PRESETS", "ACCELERATORS", "SUITES", "QUICK_EXPECTED", "default_store"]
 
 ACCELERATORS = ("cpu", "gpu")
 PEERS = ("litdata", "streaming")  # the import name of each peer library (peer_data.py, peers.py)
@@ -178,6 +178,11 @@ PRESETS: dict[str, dict[str, object]] = {
              "checkpoint_model": "", "checkpoint_mb": 4, "quick": True, "far_cells": "loader",
              "peers": ()},  # the peer cells have their own test (tests/test_peers.py)
 }
+
+
+def default_store(quick: bool) -> str:
+    """``--store`` when it is not given, in every suite: both stores, or the far store alone with ``--quick``."""
+    return str(PRESETS["quick"]["store"]) if quick else SweepConfig.store
 
 
 def preset(name: str, **overrides: object) -> SweepConfig:

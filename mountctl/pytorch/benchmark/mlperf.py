@@ -330,16 +330,15 @@ def kept_table(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
-def run_mlperf_command(args: Any, default_uri: str) -> int:
-    """``resnet.py bench --suite mlperf``: the suite, its JSON and Markdown under ``--out``, the tables printed."""
+def run_mlperf_command(config: MlperfConfig, uri: str | None, default_uri: str, *, progress: bool = True) -> int:
+    """``resnet.py bench --suite mlperf``: the suite, its JSON and Markdown under ``--out``, the tables printed.
+    ``config`` is built and checked before this starts anything (``benchmark/command.py``)."""
     from mountctl import uri_or_embedded
     from mountctl.pytorch.benchmark.report import mlperf_markdown, write_mlperf_report
 
-    config = MlperfConfig(uri=args.uri or default_uri, scale=args.preset or ("quick" if args.quick else "full"),
-                          backends=args.backends or (), store=args.store, far_latency_ms=args.far_latency_ms,
-                          far_rate_mb_s=args.far_rate_mb_s, out=args.out)  # bad input fails here
-    with uri_or_embedded(args.uri, default_uri):
-        result = run_mlperf(config, progress=(lambda _: None) if args.no_progress else print)
+    dlio_venv()  # a missing DLIO is a setup error: said before the embedded S3 starts, not after
+    with uri_or_embedded(uri, default_uri):
+        result = run_mlperf(config, progress=print if progress else (lambda _: None))
     paths = write_mlperf_report(result, config.out)
     print(mlperf_markdown(result))
     print("wrote " + ", ".join(paths.values()), flush=True)

@@ -33,7 +33,7 @@ from . import local_s3_owners as owners
 from . import paths
 from .errors import LocalS3Error
 from .far_proxy import FarProfile, FarProxy
-from .local_s3_security import write_security_config
+from .local_s3_security import CLOSING_FLAGS, SERVER_UMASK, write_security_config
 from .logs import tail
 from .paths import write_private_json
 from .ports import GRPC_OFFSET as _GRPC_OFFSET
@@ -375,7 +375,7 @@ class LocalS3:
             "actions": ["Admin", "Read", "Write", "List", "Tagging"],
         }]}
         write_private_json(self._path("identities.json"), identities)
-        write_security_config(self.dir)  # keeps other local users out of weed's own ports
+        write_security_config(self.dir)  # with CLOSING_FLAGS, keeps other local users out of weed's own ports
         ports = self._choose_ports()
         data_dir = self._path("data")
         os.makedirs(data_dir, mode=0o700, exist_ok=True)
@@ -388,7 +388,7 @@ class LocalS3:
                 f"-log_max_size_mb={_LOG_MAX_SIZE_MB}",
                 "mini", f"-dir={data_dir}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
                 f"-s3.config={self._path('identities.json')}", "-webdav=false", "-master.telemetry=false",
-                "-admin.ui=false",
+                *CLOSING_FLAGS,
                 "-s3.port.iceberg=0", "-s3.port.lance=0",
                 # Keep weed's unix sockets in our private dir instead of /tmp.
                 f"-filer.localSocket={self._path('filer.sock')}", f"-s3.localSocket={self._path('s3.sock')}"]
@@ -399,7 +399,7 @@ class LocalS3:
             log.write(f"--- {time.strftime('%Y-%m-%dT%H:%M:%S')} starting weed mini, s3 port {ports['s3']}\n".encode())
             log.flush()
             child = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                     cwd=self.dir, start_new_session=True)
+                                     cwd=self.dir, start_new_session=True, umask=SERVER_UMASK)
         # From here on, anything raised (SIGTERM's SystemExit too, which can land between any two lines) stops
         # the child: a bench stopped just as weed came up left it running.
         try:

@@ -1,17 +1,30 @@
-"""What keeps other local users out of the embedded S3 server: weed's ``security.toml``.
+"""What keeps other local users out of the embedded S3 server: weed's flags and its ``security.toml``.
 
 ``weed mini`` serves master, volume, filer and admin on 127.0.0.1 beside S3, over HTTP
-and gRPC.  Loopback is no boundary on a shared node: without this file any local user
-reads and writes every object through the filer port, or makes themselves an admin key
-with ``weed shell ... s3.configure`` over gRPC.  The S3 keys guard only the S3 port.
+and gRPC.  Loopback is no boundary on a shared node: every local user connects from
+127.0.0.1 (so weed's IP whitelist, ``guard.white_list``, cannot tell them from the owner).
+Without what follows any local user reads and writes every object through the filer port,
+erases a bucket's volumes with the master's ``/col/delete``, or makes themselves an admin
+key with ``weed shell ... s3.configure`` over gRPC.  The S3 keys guard only the S3 port.
 
-So each start writes, into the server's private (0700) dir, a 0600 ``security.toml``
-that weed reads from its working directory:
+So each start
 
-- JWT signing keys (write and read) for the volume and filer HTTP ports: a request
-  without a token signed by the key gets 401;
-- mutual TLS on every gRPC port, from a CA made for this server alone: a client
-  without the client certificate (another user's ``weed shell``) cannot connect.
+- passes ``CLOSING_FLAGS``: ``-disableHttp`` leaves the master's and filer's HTTP ports
+  without their API (``/dir/assign``, ``/col/delete``, ``/vol/grow``, ``/submit``, the
+  filer's reads and writes: routes no key of ``security.toml`` guards on the master), and
+  the admin UI is off; everything of ours reaches them over gRPC;
+- runs weed with umask ``SERVER_UMASK``: what it creates, its gRPC sockets in /tmp too, is
+  the owner's alone;
+- writes, into the server's private (0700) dir, a 0600 ``security.toml`` that weed reads
+  from its working directory: JWT signing keys (write and read) for the volume and filer
+  HTTP ports (a request without a token signed by the key gets 401), and mutual TLS on
+  every gRPC port, from a CA made for this server alone (a client without the client
+  certificate, another user's ``weed shell``, cannot connect).
+
+What weed still answers anyone: the master's status page (``/``: topology, volume counts),
+the volume's ``/status`` (volume ids, sizes, collections, which are the bucket names),
+health and metrics pages: no object names, no bytes.  No setting of weed closes them
+(docs/security.md).
 
 Our own ``weed shell`` (``local_s3_identities``) runs in the same dir and so reads the
 same file.  Keys and certificates are new at every start: nothing outside the server needs them.
@@ -25,7 +38,11 @@ import secrets
 
 from .paths import write_private
 
-__all__ = ["write_security_config", "SECURITY_FILE"]
+__all__ = ["write_security_config", "SECURITY_FILE", "CLOSING_FLAGS", "SERVER_UMASK"]
+
+# weed mini's flags that close what security.toml cannot: the master's and filer's HTTP API, the admin UI.
+CLOSING_FLAGS = ("-disableHttp", "-admin.ui=false")
+SERVER_UMASK = 0o077
 
 SECURITY_FILE = "security.toml"
 _JWT_SECTIONS = ("jwt.signing", "jwt.signing.read", "jwt.filer_signing", "jwt.filer_signing.read")
@@ -76,7 +93,7 @@ def write_security_config(server_dir: str) -> str:
     lines = ["# written by mountctl.local_s3_security at each start; see docs/security.md", ""]
     for section in _JWT_SECTIONS:
         lines += [f"[{section}]", f'key = "{secrets.token_urlsafe(32)}"', "expires_after_seconds = 60", ""]
-    lines += ["[access]", "ui = false", ""]  # the master's and volume's status pages
+    lines += ["[access]", "ui = false", ""]  # the volume's /ui/index.html (the master's page ignores it)
     lines += ["[grpc]", f'ca = "{os.path.join(tls, "ca.crt")}"', ""]
     for role in _GRPC_ROLES:
         lines += [f"[grpc.{role}]", f'cert = "{os.path.join(tls, "node.crt")}"',

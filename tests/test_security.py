@@ -2,15 +2,20 @@
 
 The other user is real: a throwaway account made with ``useradd`` for the test (so the
 test needs root) and removed afterwards; its requests are ``runuser -u USER -- curl ...``
-and ``runuser -u USER -- weed shell ...``, against the session's real server.
+and ``runuser -u USER -- weed shell ...``, against the session's real server.  Every HTTP
+port of the server is tried for a read, a write and a delete: master, volume, filer, S3
+without the keys, admin; gRPC through ``weed shell`` and weed's unix sockets.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
+import glob
 import json
 import os
 import pwd
+import re
 import secrets
 import shutil
 import signal
@@ -23,6 +28,7 @@ import psutil
 import pytest
 from botocore.exceptions import ClientError
 
+from mountctl.ports import GRPC_OFFSET
 from mountctl.s3 import S3Settings
 from mountctl.s3 import client as s3_client
 
@@ -56,36 +62,162 @@ def _ports(server) -> dict[str, int]:
         return json.load(f)["ports"]
 
 
-def _curl_as(user: str, url: str, config: str = "") -> tuple[int, bytes]:
-    """curl as ``user``; ``config`` (curl's config syntax) travels on its stdin, never on a command line."""
+def _curl_as(user: str, url: str, config: str = "", *args: str) -> tuple[int, bytes]:
+    """curl as ``user`` (``args`` before the URL); ``config`` (curl's config syntax) travels on its stdin, never on
+    a command line.  The status is 0 when no HTTP answer came back."""
     done = subprocess.run(["runuser", "-u", user, "--", "curl", "-s", "-m", "10", "-o", "-", "-w", "\n%{http_code}",
-                           *(["-K", "-"] if config else []), url], input=config.encode(), capture_output=True,
+                           *(["-K", "-"] if config else []), *args, url], input=config.encode(), capture_output=True,
                           timeout=30)
     body, _, code = done.stdout.rpartition(b"\n")
     return int(code or 0), body
 
 
+def _url(server, component: str, path: str) -> str:
+    return f"http://127.0.0.1:{_ports(server)[component]}{path}"
+
+
+def _refused(code: int) -> bool:
+    """An HTTP answer that is an error: no success, no redirect (and no curl that never reached the port)."""
+    return 400 <= code < 600
+
+
+def _owner_reads(server, bucket: str, key: str) -> bytes:
+    return s3_client(server.settings(direct=True)).get_object(Bucket=bucket, Key=key)["Body"].read()
+
+
+def _chunk_file_ids(server, bucket: str, key: str) -> list[str]:
+    """The volume file ids holding an object, from the filer's entry (our own ``weed shell``, with the TLS files)."""
+    ports = _ports(server)
+    done = subprocess.run([server.weed(), "shell", f"-master=127.0.0.1:{ports['master']}",
+                           f"-filer=127.0.0.1:{ports['filer']}"], input=f"fs.meta.cat /buckets/{bucket}/{key}\nexit\n",
+                          capture_output=True, text=True, cwd=server.dir, timeout=60)
+    file_ids = re.findall(r'"fileId":\s*"([0-9]+,[0-9a-f]+)"', done.stdout)
+    assert file_ids, f"no chunk in the filer's entry of {key}: {done.stdout[-500:]} {done.stderr[-500:]}"
+    return file_ids
+
+
 @pytest.fixture
 def secret_object(local_s3, bucket) -> tuple[str, bytes]:
+    """An object big enough to be stored in a volume chunk, not inline in the filer's entry."""
     key = f"private/{uuid.uuid4().hex}.txt"
-    content = b"only for holders of the keys " + secrets.token_hex(8).encode()
+    content = b"only for holders of the keys " + secrets.token_hex(64 * 1024).encode()
     s3_client(local_s3.settings(direct=True)).put_object(Bucket=bucket, Key=key, Body=content)
     return key, content
 
 
+def test_another_user_cannot_delete_a_bucket_through_the_master_port(local_s3, bucket, secret_object, other_user):
+    """The reproduction of issue 36: ``/col/delete`` from another user erased the bucket's volumes."""
+    key, content = secret_object
+    for method in ("GET", "POST"):
+        code, body = _curl_as(other_user, _url(local_s3, "master", f"/col/delete?collection={bucket}"), "", "-X", method)
+        assert _refused(code), f"the master answered {code} to another user's /col/delete ({method}): {body[:200]!r}"
+    assert _owner_reads(local_s3, bucket, key) == content
+
+
+def test_another_user_gets_no_file_id_from_the_master_port(local_s3, bucket, other_user):
+    """A file id from ``/dir/assign`` (or a whole upload through ``/submit``) is a write into the server's volumes."""
+    for args, path in (((), "/dir/assign"), (("-X", "POST"), f"/dir/assign?collection={bucket}&count=1"),
+                       (("-F", "file=@/etc/passwd"), f"/submit?collection={bucket}")):
+        code, body = _curl_as(other_user, _url(local_s3, "master", path), "", *args)
+        assert _refused(code) and b'"fid"' not in body, f"the master gave another user a file id at {path}: {body!r}"
+
+
+def test_another_user_cannot_grow_or_vacuum_volumes_through_the_master_port(local_s3, bucket, other_user):
+    for path in (f"/vol/grow?collection={bucket}&count=1", "/vol/vacuum?garbageThreshold=0.0001"):
+        code, body = _curl_as(other_user, _url(local_s3, "master", path))
+        assert _refused(code), f"the master answered {code} to another user's {path}: {body[:200]!r}"
+
+
+def test_another_user_cannot_look_up_volumes_through_the_master_port(local_s3, bucket, secret_object, other_user):
+    key, _ = secret_object
+    file_id = _chunk_file_ids(local_s3, bucket, key)[0]
+    for path in (f"/dir/lookup?volumeId={file_id.split(',')[0]}", f"/{file_id}", "/dir/status", "/vol/status"):
+        code, body = _curl_as(other_user, _url(local_s3, "master", path))
+        assert _refused(code), f"the master answered {code} to another user's {path}: {body[:200]!r}"
+
+
+def test_master_status_page_shows_another_user_no_object_names_or_bytes(local_s3, bucket, secret_object, other_user):
+    """The one page weed's master serves to anyone (no setting of weed closes it): topology and volume counts."""
+    key, content = secret_object
+    _, body = _curl_as(other_user, _url(local_s3, "master", "/"))
+    assert key.rsplit("/", 1)[-1].encode() not in body and content[-64:] not in body
+
+
+def test_another_user_cannot_read_write_or_delete_a_chunk_through_the_volume_port(local_s3, bucket, secret_object,
+                                                                                   other_user):
+    """The chunk's real file id, as a user would learn it from a leak: no JWT signed by the server's key, no access."""
+    key, content = secret_object
+    for file_id in _chunk_file_ids(local_s3, bucket, key):
+        url = _url(local_s3, "volume", f"/{file_id}")
+        code, body = _curl_as(other_user, url)
+        assert _refused(code) and not (body and body in content), f"the volume served {file_id} to another user"
+        for args in (("-F", "file=@/etc/passwd"), ("-X", "DELETE")):
+            code, body = _curl_as(other_user, url, "", *args)
+            assert _refused(code), f"the volume answered {code} to another user's {args[0]} of {file_id}: {body!r}"
+    assert _owner_reads(local_s3, bucket, key) == content
+
+
 def test_another_user_cannot_read_an_object_through_the_filer_port(local_s3, bucket, secret_object, other_user):
     key, content = secret_object
-    code, body = _curl_as(other_user, f"http://127.0.0.1:{_ports(local_s3)['filer']}/buckets/{bucket}/{key}")
+    code, body = _curl_as(other_user, _url(local_s3, "filer", f"/buckets/{bucket}/{key}"))
     assert content not in body
-    assert code in (401, 403), f"the filer answered {code} to another user"
-    code, body = _curl_as(other_user, f"http://127.0.0.1:{_ports(local_s3)['filer']}/buckets/{bucket}/private/")
-    assert code in (401, 403) and key.encode() not in body, "the filer listed the bucket for another user"
+    assert _refused(code), f"the filer answered {code} to another user"
+    code, body = _curl_as(other_user, _url(local_s3, "filer", f"/buckets/{bucket}/private/"))
+    assert _refused(code) and key.encode() not in body, "the filer listed the bucket for another user"
 
 
-def test_another_user_gets_no_admin_interface(local_s3, other_user):
-    for path in ("/", "/api/s3/users", "/object-store/users"):
-        code, _ = _curl_as(other_user, f"http://127.0.0.1:{_ports(local_s3)['admin']}{path}")
-        assert code in (0, 401, 403, 404), f"the admin port answered {code} for {path}"
+def test_another_user_cannot_write_or_delete_through_the_filer_port(local_s3, bucket, secret_object, other_user):
+    key, content = secret_object
+    planted = f"private/planted-{uuid.uuid4().hex}.txt"
+    for args, path in ((("-F", "file=@/etc/passwd"), f"/buckets/{bucket}/{planted}"),
+                       (("-X", "DELETE"), f"/buckets/{bucket}/{key}"),
+                       (("-X", "DELETE"), f"/buckets/{bucket}/?recursive=true")):
+        code, body = _curl_as(other_user, _url(local_s3, "filer", path), "", *args)
+        assert _refused(code), f"the filer answered {code} to another user's {args[0]} of {path}: {body[:200]!r}"
+    listed = s3_client(local_s3.settings(direct=True)).list_objects_v2(Bucket=bucket).get("Contents", [])
+    assert planted not in {item["Key"] for item in listed}
+    assert _owner_reads(local_s3, bucket, key) == content
+
+
+def test_s3_without_the_keys_refuses_another_user_listing_writing_and_deleting(local_s3, bucket, secret_object,
+                                                                               other_user):
+    key, content = secret_object
+    endpoint = local_s3.settings(direct=True).endpoint_url
+    planted = f"private/planted-{uuid.uuid4().hex}.txt"
+    for args, path in (((), "/"), ((), f"/{bucket}?list-type=2"),
+                       (("-X", "PUT", "--data-binary", "planted by another user"), f"/{bucket}/{planted}"),
+                       (("-X", "DELETE"), f"/{bucket}/{key}"), (("-X", "DELETE"), f"/{bucket}")):
+        code, body = _curl_as(other_user, f"{endpoint}{path}", "", *args)
+        assert code == 403, f"S3 answered {code} to another user's {args} {path}"
+        assert key in path or key.encode() not in body, f"S3 named the key to another user at {path}"
+    listed = s3_client(local_s3.settings(direct=True)).list_objects_v2(Bucket=bucket).get("Contents", [])
+    assert planted not in {item["Key"] for item in listed}
+    assert _owner_reads(local_s3, bucket, key) == content
+
+
+def test_another_user_gets_no_admin_interface(local_s3, bucket, other_user):
+    for args, path in (((), "/"), ((), "/api/s3/users"), ((), "/object-store/users"), ((), "/api/cluster/topology"),
+                       (("-X", "POST", "--data-binary", '{"name": "planted"}'), "/api/s3/buckets"),
+                       (("-X", "DELETE"), f"/api/s3/buckets/{bucket}")):
+        code, _ = _curl_as(other_user, _url(local_s3, "admin", path), "", *args)
+        assert _refused(code), f"the admin port answered {code} for {args} {path}"
+    assert s3_client(local_s3.settings(direct=True)).head_bucket(Bucket=bucket)
+
+
+def test_weeds_unix_sockets_are_closed_to_another_user(local_s3, other_user):
+    """weed also serves gRPC on unix sockets in /tmp, and filer and S3 on ours: none may let another user connect."""
+    ports = _ports(local_s3).values()
+    sockets = [os.path.join(local_s3.dir, "filer.sock"), os.path.join(local_s3.dir, "s3.sock")]
+    sockets += [path for port in ports for path in glob.glob(f"/tmp/seaweedfs-*-grpc-{port + GRPC_OFFSET}.sock")]
+    sockets = [path for path in sockets if os.path.exists(path)]
+    assert len(sockets) > 2, f"weed made no gRPC socket in /tmp; sockets found: {sockets}"
+    connect = "import socket, sys\ns = socket.socket(socket.AF_UNIX)\ntry:\n    s.connect(sys.argv[1])\n" \
+              "except OSError as e:\n    print(e.errno)\nelse:\n    print('connected')\n"
+    for path in sockets:
+        assert os.stat(path).st_mode & 0o077 == 0, f"{path} is open to other users: {oct(os.stat(path).st_mode)}"
+        done = subprocess.run(["runuser", "-u", other_user, "--", "/usr/bin/python3", "-c", connect, path],
+                              capture_output=True, text=True, timeout=30)
+        assert done.stdout.strip() == str(errno.EACCES), f"another user's connect to {path}: {done.stdout}{done.stderr}"
 
 
 def test_another_user_cannot_make_a_key_through_weed_shell(local_s3, other_user):

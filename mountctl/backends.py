@@ -80,6 +80,14 @@ class MountS3(Backend):
         """``mount-s3 1.x (AWS)`` or ``mount-s3 built from mountpoint-s3-fs X.Y``: which one runs matters."""
         return describe_mount_s3(super().version())
 
+    def environment(self, spec: MountSpec, settings: S3Settings, workdir: str) -> dict[str, str]:
+        # mount-s3 makes its own directory under --cache but not --cache itself; only this user may enter it.
+        if _cache_plan(spec, workdir) is not None:
+            cache = _mount_s3_cache_dir(spec, workdir)
+            os.makedirs(cache, mode=0o700, exist_ok=True)
+            os.chmod(cache, 0o700)
+        return settings.child_env()
+
     def command(self, spec: MountSpec, settings: S3Settings, workdir: str) -> list[str]:
         argv = [self.executable(), spec.bucket, spec.mount_dir, "--foreground",
                 "--region", settings.region, "--log-directory", os.path.join(workdir, "logs")]
@@ -87,13 +95,17 @@ class MountS3(Backend):
             argv += ["--prefix", spec.prefix]
         if spec.read_only:
             argv.append("--read-only")
+        else:
+            # Read-write means what it means for rclone and s3fs: a file may be removed too (mount-s3 refuses
+            # unlink without it). Overwrites stay refused: a checkpoint writes a new version (versioned.py).
+            argv.append("--allow-delete")
         if settings.endpoint_url:
             # Off AWS the store rarely supports the CRC32 trailers mount-s3 adds to uploads.
             argv += ["--endpoint-url", settings.endpoint_url, "--force-path-style", "--upload-checksums", "off"]
         plan = _cache_plan(spec, workdir)
         if plan is not None:
             # Each mount-s3 process needs a cache directory of its own.
-            argv += ["--cache", os.path.join(spec.cache_dir or workdir, "mount-s3-cache"),
+            argv += ["--cache", _mount_s3_cache_dir(spec, workdir),
                      "--max-cache-size", str(plan.size_mb)]
         argv += ["--metadata-ttl", str(int(spec.metadata_ttl_s))]
         argv += _ownership_flags(spec)
@@ -340,7 +352,7 @@ _RCLONE_BASE_MB = 136  # measured 159 MiB peak with 4 readers and 24 MiB of buff
 # a half share each); with a --max-buffer-memory pool as well, the chunk reads stalled.
 _RCLONE_MIN_MB = _RCLONE_BASE_MB + 48
 _S3FS_BASE_MB = 24  # an idle s3fs 1.90 mount: 15 MiB RSS measured
-_MOUNT_S3_BASE_MB = 64
+MOUNT_S3_MIN_MEMORY_MB = 512  # mountpoint-s3-fs's MINIMUM_MEM_LIMIT, the least --memory-target it takes
 _STAT_ENTRY_BYTES = 400  # s3fs's stat cache: "100,000 entries (about 40MB)"
 
 
@@ -387,6 +399,10 @@ def s3fs_memory_options(options: list[str], memory_mb: int | None) -> list[str]:
     return kept + [f"{name}={value}" for name, value in changes.items()]
 
 
+def _mount_s3_cache_dir(spec: MountSpec, workdir: str) -> str:
+    return os.path.join(spec.cache_dir or workdir, "mount-s3-cache")
+
+
 def describe_mount_s3(version_line: str) -> str:
     """AWS's mount-s3 prints ``mount-s3 1.22.0``; ours says what it is built from (mount-s3/src/main.rs)."""
     if version_line.startswith("mount-s3 built from "):
@@ -397,16 +413,15 @@ def describe_mount_s3(version_line: str) -> str:
 
 
 def mount_s3_memory_flags(argv: list[str], memory_mb: int | None) -> list[str]:
-    """mount-s3 under ``memory_mb``: ``--memory-target`` (1.24+) for its prefetcher, and threads x part size
-    within the budget."""
+    """mount-s3 under ``memory_mb``: ``--memory-target`` for its memory limiter, which sizes the prefetch
+    window of every open file to fit (its parts come from one paged pool).
+
+    Mountpoint takes no target under 512 MiB (``MINIMUM_MEM_LIMIT``; AWS's CLI refuses one): a smaller bound
+    is raised to that for mount-s3, the least it can keep to. Its ``--max-threads`` counts FUSE threads, not
+    S3 requests, so it is left alone."""
     if not memory_mb:
         return argv
-    budget = max(16, memory_mb - _MOUNT_S3_BASE_MB)
-    part = min(int(_flag_value(argv, "--part-size") or 8 * MIB), 8 * MIB)
-    threads = max(1, min(int(_flag_value(argv, "--max-threads") or 16), budget * MIB // 2 // part))
-    argv = _set_flag(argv, "--part-size", str(part))
-    argv = _set_flag(argv, "--max-threads", str(threads))
-    return _set_flag(argv, "--memory-target", str(memory_mb))
+    return _set_flag(argv, "--memory-target", str(max(memory_mb, MOUNT_S3_MIN_MEMORY_MB)))
 
 
 def _flag_value(argv: list[str], name: str) -> str | None:

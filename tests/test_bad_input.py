@@ -55,13 +55,13 @@ def _assert_fails_cleanly(spec: MountSpec, error: type, match: str) -> None:
     assert find_mount(spec.mount_dir) is None
 
 
-@pytest.mark.parametrize("backend_name", ["rclone", "s3fs"])
+@pytest.mark.parametrize("backend_name", ["mount-s3", "rclone", "s3fs"])
 def test_missing_bucket(backend_name, s3_env, mount_root):
     spec = MountSpec(uri="s3://no-such-bucket-here/", mount_dir=str(mount_root / "m"), backend=backend_name)
     _assert_fails_cleanly(spec, BucketNotFound, "does not exist")
 
 
-@pytest.mark.parametrize("backend_name", ["rclone", "s3fs"])
+@pytest.mark.parametrize("backend_name", ["mount-s3", "rclone", "s3fs"])
 def test_wrong_credentials(backend_name, s3_env, bucket, mount_root, monkeypatch):
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "definitely-not-the-secret")
     spec = MountSpec(uri=f"s3://{bucket}/", mount_dir=str(mount_root / "m"), backend=backend_name)

@@ -46,9 +46,11 @@ def _new_key() -> tuple[str, str]:
 
 
 @pytest.mark.parametrize("kind,backend,via", [
-    ("mountpoint", "rclone", "file"), ("mountpoint", "s3fs", "file"), ("s3io", "auto", "file"),
+    ("mountpoint", "mount-s3", "file"), ("mountpoint", "rclone", "file"), ("mountpoint", "s3fs", "file"),
+    ("s3io", "auto", "file"),
     ("fsspec", "auto", "file"), ("mountpoint", "rclone", "process")],
-    ids=["mountpoint-rclone", "mountpoint-s3fs", "s3io", "fsspec", "mountpoint-rclone-credential-process"])
+    ids=["mountpoint-mount-s3", "mountpoint-rclone", "mountpoint-s3fs", "s3io", "fsspec",
+         "mountpoint-rclone-credential-process"])
 def test_rotated_and_revoked_key_mid_epoch_loses_and_repeats_no_sample(kind, backend, via, local_s3, s3_env, bucket,
                                                                        mount_root, tmp_path, monkeypatch):
     if kind == "mountpoint":

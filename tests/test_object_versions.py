@@ -81,7 +81,7 @@ def _remounted(directory: str, first_pid: int, timeout_s: float = 60) -> None:
     raise AssertionError(f"the supervisor did not remount within {timeout_s}s after mount program {first_pid} died")
 
 
-@pytest.mark.parametrize("backend", ["rclone", "s3fs"], indirect=True)
+@pytest.mark.parametrize("backend", ["mount-s3", "rclone", "s3fs"], indirect=True)
 @pytest.mark.parametrize("overwrite", [True, False], ids=["overwritten", "unchanged"])
 def test_a_mount_killed_mid_read_refuses_an_overwritten_object_and_reads_an_unchanged_one_whole(
         backend, overwrite, s3_env, s3, bucket, mount_root):

@@ -60,7 +60,7 @@ def own_server(tmp_path_factory):
         server.stop()
 
 
-@pytest.mark.parametrize("backend", ["rclone", "s3fs"], indirect=True)
+@pytest.mark.parametrize("backend", ["mount-s3", "rclone", "s3fs"], indirect=True)
 def test_an_s3_outage_shorter_than_the_bound_is_waited_out_and_reported(backend, own_server, mount_root,
                                                                         monkeypatch):
     server, expected = own_server

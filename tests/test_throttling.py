@@ -84,9 +84,9 @@ def test_the_proxy_answers_a_share_of_reads_with_s3s_slowdown(throttling):
 FEW_SHARDS = "few/"
 
 
-@pytest.mark.parametrize("kind,backend", [("mountpoint", "rclone"), ("mountpoint", "s3fs"),
-                                          ("s3io", "auto"), ("fsspec", "auto")],
-                         ids=["mountpoint-rclone", "mountpoint-s3fs", "s3io", "fsspec"])
+@pytest.mark.parametrize("kind,backend", [("mountpoint", "mount-s3"), ("mountpoint", "rclone"),
+                                          ("mountpoint", "s3fs"), ("s3io", "auto"), ("fsspec", "auto")],
+                         ids=["mountpoint-mount-s3", "mountpoint-rclone", "mountpoint-s3fs", "s3io", "fsspec"])
 def test_every_sample_arrives_once_through_a_throttling_store(kind, backend, throttling, mount_root):
     if kind == "mountpoint":
         require_fuse()

@@ -42,6 +42,19 @@ def test_mount_s3_off_aws_uses_path_style_and_no_upload_checksums(tmp_path):
     assert {"--force-path-style", "--endpoint-url"} <= set(argv) and argv[argv.index("--upload-checksums") + 1] == "off"
 
 
+def test_mount_s3_read_write_may_delete_and_read_only_may_not(tmp_path):
+    assert "--allow-delete" in MountS3().command(_spec(read_only=False), LOCAL, str(tmp_path))
+    assert "--allow-delete" not in MountS3().command(_spec(), LOCAL, str(tmp_path))
+
+
+def test_mount_s3_cache_directory_exists_and_is_private_before_it_starts(tmp_path):
+    spec = _spec(cache_dir=str(tmp_path / "cache"))
+    argv = MountS3().command(spec, LOCAL, str(tmp_path))
+    MountS3().environment(spec, LOCAL, str(tmp_path))
+    cache = argv[argv.index("--cache") + 1]
+    assert os.path.isdir(cache) and stat.S_IMODE(os.stat(cache).st_mode) == 0o700
+
+
 def test_mount_s3_without_credentials_sends_unsigned_requests(tmp_path):
     argv = MountS3().command(_spec(), AWS, str(tmp_path))
     assert "--no-sign-request" in argv and "--endpoint-url" not in argv

@@ -217,3 +217,47 @@ def test_two_ddp_ranks_train_every_file_once_through_one_mount(files_uri, mount_
     epoch = summary["epochs"][0]
     assert summary["world_size"] == 2 and len({rank["mount_pid"] for rank in summary["ranks"]}) == 1
     assert epoch["images"] == epoch["distinct_images"] == IMAGES and epoch["repeated_images"] == 0
+
+
+def _indexed(s3, bucket, layout: str, tmp_path) -> str:
+    """An ImageNet-style class tree (36 images) or webdataset shards (4 x 9), indexed with `resnet.py index`."""
+    from own_data_support import write_class_tree, write_shards
+
+    from mountctl.pytorch.cli import main
+
+    if layout == "class-tree":
+        write_class_tree(s3, bucket, "own/", per_class=12)
+    else:
+        write_shards(s3, bucket, "own/", str(tmp_path / "w"), shards=4, per_shard=9, classes=3)
+    assert main(["index", f"s3://{bucket}/own/", "--no-progress", "--jobs", "2"]) == 0
+    return f"s3://{bucket}/own/"
+
+
+@pytest.mark.parametrize("layout", ["class-tree", "shards"])
+def test_map_style_reads_survive_the_mount_program_killed_mid_epoch_with_every_sample_once(
+        layout, backend, s3_env, s3, bucket, mount_root, tmp_path):
+    """kill -9 of the mount program after the first batch: reads fail (ENOTCONN, ECONNABORTED) until the
+    watchdog remounts, then go on through the new mount; every sample arrives exactly once."""
+    import os
+    import signal
+    import time
+
+    from mountctl.pytorch.data.manifest import load_dataset_description
+    from mountctl.shared import Registry
+
+    uri = _indexed(s3, bucket, layout, tmp_path)
+    manifest = load_dataset_description(resolve(), uri).manifest
+    directory = str(mount_root / "m")
+    seen: list[int] = []
+    with open_source("mountpoint", uri, resolve(), backend=backend, mount_dir=directory) as source:
+        dataset = MapSampleDataset.from_manifest(manifest, source, uri, readahead_threads=2)
+        loader = DataLoader(dataset, batch_size=4, num_workers=2, collate_fn=collate, timeout=120)
+        for number, batch in enumerate(loader):
+            seen.extend(batch["index"])
+            time.sleep(0.2)  # a training step: the workers cannot read everything ahead of the kill
+            if number == 0:
+                os.kill(source.mount_pid, signal.SIGKILL)
+        assert Registry().read(directory).restarts >= 1, "the watchdog should have remounted the killed program"
+        dataset.reader.close()
+    assert sorted(seen) == list(range(manifest.num_images)) == list(range(36))
+

@@ -145,3 +145,29 @@ def test_not_a_jpeg_names_the_object(tmp_path):
     dataset = MapSampleDataset(FileReader(str(tmp_path), tuple(names)), names, refs, image_size=16, uri="s3://bkt/p/")
     with pytest.raises(DatasetError, match=r"object s3://bkt/p/1\.jpg is not a JPEG"):
         dataset[1]
+
+
+def test_a_read_that_never_returns_fails_within_the_bound_without_threads_or_workers(tmp_path, monkeypatch):
+    """``readahead_threads=0`` and no DataLoader worker: the read still runs where it can be abandoned.
+
+    A stand-in reader that blocks: a real read blocked in a mount for longer than the bound cannot be had on
+    demand (a stopped mount program is soon aborted by the watchdog, which ends the read with ECONNABORTED).
+    """
+
+    from mountctl.pytorch.data import mapstyle
+
+    release = threading.Event()
+
+    class _Hung:
+        def read(self, j, offset=None, length=None):
+            release.wait(30)
+            return b""
+
+    monkeypatch.setattr(mapstyle, "FETCH_TIMEOUT_S", 0.5)
+    dataset = MapSampleDataset(_Hung(), ["a.jpg"], [SampleRef(0, 0, 1)], image_size=16, uri="s3://bkt/p/",
+                               readahead_threads=0)
+    try:
+        with pytest.raises(DatasetError, match=r"object s3://bkt/p/a.jpg gave no bytes in 0.5 s"):
+            dataset.__getitems__([0])
+    finally:
+        release.set()

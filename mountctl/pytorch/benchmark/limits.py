@@ -38,9 +38,11 @@ class LocalDiskSource:
     def describe(self) -> dict[str, Any]:
         return {"kind": self.kind, "path": self.root}
 
-    def map_reader(self, names: Sequence[str], *, ranged: bool = False) -> Any:
+    def map_reader(self, names: Sequence[str], *, ranged: bool = False,
+                   etags: Sequence[str | None] | None = None) -> Any:
         from mountctl.pytorch.data.sources.mountpoint import FileReader
 
+        # ``etags`` are not checked: the copy is local and was taken once, at one version.
         return FileReader(self.root, tuple(names))
 
 

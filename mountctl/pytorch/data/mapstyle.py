@@ -29,6 +29,8 @@ from typing import Any, Protocol
 import torch
 from torch.utils.data import Dataset
 
+from mountctl import MountctlError
+from mountctl.abandonable import AbandonableCaller
 from mountctl.pytorch.data.manifest import MANIFEST_NAME, Manifest
 from mountctl.pytorch.data.shards import IMAGE_EXTENSIONS, RawSample, decode
 from mountctl.pytorch.errors import DatasetError, remake_hint
@@ -113,12 +115,16 @@ class MapSampleDataset(Dataset):
         self.class_to_idx = {name: i for i, name in enumerate(self.classes)}
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._pool_pid = 0
+        self._caller: AbandonableCaller | None = None  # bounds a read made without the pool
+        self._caller_pid = 0
 
     @classmethod
     def from_manifest(cls, manifest: Manifest, source: Any, uri: str, **options: Any) -> "MapSampleDataset":
         """Files layout: one object per sample; shards layout: ranged reads through the tar index."""
         names, refs = _refs_of(manifest, uri)
-        reader = source.map_reader(names, ranged=manifest.layout == "shards")
+        # Each object at the version the index names: a replaced one fails in one line, never read at old offsets.
+        etags = [f.etag for f in manifest.files] if manifest.layout == "files" else [s.etag for s in manifest.shards]
+        reader = source.map_reader(names, ranged=manifest.layout == "shards", etags=etags)
         return cls(reader, names, refs, image_size=manifest.image_size, uri=uri, classes=manifest.classes,
                    fix_hint=manifest.fix_hint(uri), **options)
 
@@ -140,14 +146,14 @@ class MapSampleDataset(Dataset):
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        state["_pool"] = None  # threads do not cross into a worker; each process makes its own pool
+        state["_pool"] = state["_caller"] = None  # threads do not cross into a worker; each process makes its own
         return state
 
     def _fetch(self, ref: SampleRef) -> bytes:
         name = self.names[ref.container]
         try:
             data = self.reader.read(ref.container, ref.offset, ref.length)
-        except DatasetError:
+        except MountctlError:  # DatasetError, and ObjectChanged: its one line says which object and what to do
             raise
         except Exception as exc:  # each route words a missing object its own way
             text = f"{type(exc).__name__}: {exc}"
@@ -188,10 +194,23 @@ class MapSampleDataset(Dataset):
         sample = decode(raw, self.image_size)
         return sample if epoch is None else (*sample, epoch)
 
+    def _no_answer(self, ref: SampleRef) -> DatasetError:
+        return DatasetError(f"object {self.uri}{self.names[ref.container]} gave no bytes in {FETCH_TIMEOUT_S:g} s; "
+                            "check the source (`mountctl status` for a mount)")
+
+    def _fetch_bounded(self, ref: SampleRef) -> bytes:
+        """``_fetch`` on a thread this one can walk away from: a read blocked in a hung mount never holds it."""
+        if self._caller is None or self._caller_pid != os.getpid():
+            self._caller, self._caller_pid = AbandonableCaller("mountctl-map-read"), os.getpid()
+        try:
+            return self._caller.call(lambda: self._fetch(ref), FETCH_TIMEOUT_S)
+        except TimeoutError:
+            raise self._no_answer(ref) from None
+
     def __getitem__(self, item: Any) -> tuple[Any, ...]:
         index, epoch = _split(item)
         ref = self.refs[index]
-        return self._sample(ref, self._fetch(ref), epoch)
+        return self._sample(ref, self._fetch_bounded(ref), epoch)
 
     def _threads(self) -> concurrent.futures.ThreadPoolExecutor:
         if self._pool is None or self._pool_pid != os.getpid():
@@ -219,9 +238,7 @@ class MapSampleDataset(Dataset):
             try:
                 data = future.result(timeout=FETCH_TIMEOUT_S)
             except concurrent.futures.TimeoutError:
-                raise DatasetError(f"object {self.uri}{self.names[ref.container]} gave no bytes in "
-                                   f"{FETCH_TIMEOUT_S:.0f} s; check the source (`mountctl status` for a mount)"
-                                   ) from None
+                raise self._no_answer(ref) from None
             in_flight -= size
             yield self._sample(ref, data, epoch)
 

@@ -152,7 +152,8 @@ class FsspecSource:
     def describe(self) -> dict[str, Any]:
         return {"kind": self.kind, "uri": "s3://" + self.path, "endpoint": self.settings.endpoint_url}
 
-    def map_reader(self, names: Sequence[str], *, ranged: bool = False) -> FsspecReader:
+    def map_reader(self, names: Sequence[str], *, ranged: bool = False,
+                   etags: Sequence[str | None] | None = None) -> FsspecReader:
         return FsspecReader(tuple(self.path + name for name in names), self.settings)
 
 

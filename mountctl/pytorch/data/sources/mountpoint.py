@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, BinaryIO, TypeVar
 
-from mountctl import S3Settings, parse_s3_uri, s3
+from mountctl import ObjectChanged, S3Settings, VersionPin, open_resilient, parse_s3_uri, s3
 from mountctl.pytorch.data.sources.pins import shard_pins
 from mountctl.pytorch.data.sources.reader_state import PerProcessState
 from mountctl.pytorch.data.sources.refreshing import Credentials
+from mountctl.resilient import RETRYABLE_ERRNOS, ResilientReader
 
 __all__ = ["MountpointSource", "mountpoint_source", "FileReader", "add_mountpoint_arguments", "mountpoint_options",
            "memory_bound_mb"]
@@ -32,6 +34,44 @@ def memory_bound_mb(readers: int, shards_ahead: int = 0) -> int:
     return _PROGRAM_MB + _PER_READER_MB * max(1, readers) * (1 + max(0, shards_ahead))
 
 
+class _StoreQuestions:
+    """What a reader through the mount asks S3 itself (one HEAD each): an object's ETag or size now.
+
+    After a key rotation the watchdog remounts with new keys, and these resolve them again too (a reopen's
+    version check with revoked keys would wait out the bound).
+    """
+
+    def __init__(self, uri: str, settings: S3Settings) -> None:
+        self.location = parse_s3_uri(uri)
+        self.credentials = Credentials(settings, "mountpoint")
+
+    def _ask(self, name: str, question: Callable[[Any, str, str], T]) -> T:
+        key = self.location.prefix + name
+        return self.credentials.call(f"s3://{self.location.bucket}/{key}", lambda: question(
+            self.credentials.client("head", s3.short_client), self.location.bucket, key))
+
+    def etag_now(self, name: str) -> Callable[[], str | None]:
+        return lambda: self._ask(name, s3.object_etag_now)
+
+    def size_now(self, name: str) -> Callable[[], int | None]:
+        # None only when the store answers that the object is gone; raises while it is unreachable,
+        # so an outage is waited out, not called a deletion
+        return lambda: self._ask(name, s3.object_size_now)
+
+
+def _read_exactly(reader: ResilientReader, offset: int, length: int) -> bytes:
+    """``length`` bytes at ``offset``, fewer only at the end of the file."""
+    reader.seek(offset)
+    data = bytearray(length)
+    view, got = memoryview(data), 0
+    while got < length:
+        count = reader.readinto(view[got:])
+        if not count:
+            break
+        got += count
+    return bytes(data[:got])
+
+
 @dataclass
 class FileReader(PerProcessState):
     """Map-style reads of files under ``root`` (a mount or a local directory): whole, or ``pread`` of a range.
@@ -40,28 +80,109 @@ class FileReader(PerProcessState):
     and a lock makes sure two threads never both open one.  ``close`` gives them back: the map-style
     datamodule calls it when an epoch's dataset is replaced and when training ends, so a process reading
     without workers neither gathers a descriptor per shard per epoch nor holds the mount busy at unmount.
+
+    A read that the mount fails as the shard path's reads can fail (its program killed, ENOTCONN or
+    ECONNABORTED until the watchdog remounts; EIO; the file briefly gone while the mount is replaced) is
+    read again through ``open_resilient``, which waits for the new mount within the outage bound, and the
+    dead descriptor is dropped so that the next read opens a new one.  Given the mount's ``uri`` and
+    ``settings``, each shard is read at one version: the index's ETag (``etags``, by name), else the one S3
+    reports at the first open; every open of a descriptor for ranges, and every reread, asks S3 (one HEAD)
+    and fails with ``ObjectChanged`` on another version rather than read a new shard at the old offsets.
+    Whole objects are not asked at their first open (a HEAD per sample would double a class tree's
+    requests); they are read again from their first byte, so no two versions are ever joined.
     """
 
     root: str
     names: tuple[str, ...]
+    uri: str = ""  # s3://bucket/prefix/ behind root; "" for a local directory (nothing to ask)
+    settings: S3Settings | None = None
+    etags: tuple[str | None, ...] | None = None
 
     def __post_init__(self) -> None:
         self._fds: dict[int, int] = {}
+        self._pins: dict[int, VersionPin] = {}
+        self._store: _StoreQuestions | None = None
         self._pid = os.getpid()
         self._lock = threading.Lock()
 
+    def _mine(self) -> None:
+        """After fork the parent's descriptors and clients are not ours to share (call under the lock)."""
+        if self._pid != os.getpid():
+            self._fds, self._pins, self._store, self._pid = {}, {}, None, os.getpid()
+
+    def _questions(self) -> _StoreQuestions | None:
+        """This process's way to ask S3 about the objects (None for a local directory); call under the lock."""
+        self._mine()
+        if self._store is None and self.uri and self.settings is not None:
+            self._store = _StoreQuestions(self.uri, self.settings)
+        return self._store
+
+    def _pin(self, j: int) -> VersionPin | None:
+        """One pin per object and process, shared by its descriptors: the version seen first holds for all."""
+        with self._lock:
+            store = self._questions()
+            if store is None:
+                return None
+            pin = self._pins.get(j)
+            if pin is None:
+                pin = self._pins[j] = shard_pins(self.uri, self.names[j:j + 1],
+                                                 None if self.etags is None else self.etags[j:j + 1],
+                                                 store.etag_now)[0]
+            return pin
+
+    def _size_now(self, j: int) -> Callable[[], int | None] | None:
+        with self._lock:
+            store = self._questions()
+        return None if store is None else store.size_now(self.names[j])
+
     def read(self, j: int, offset: int | None = None, length: int | None = None) -> bytes:
         path = os.path.join(self.root, self.names[j])
+        try:
+            if offset is None or length is None:
+                with open(path, "rb") as f:
+                    return f.read()
+            return os.pread(self._descriptor(j, path), length, offset)
+        except OSError as exc:
+            if exc.errno not in RETRYABLE_ERRNOS and exc.errno != errno.ENOENT:
+                raise
+            if offset is not None:
+                self._forget(j)
+        return self._read_resilient(j, path, offset, length)
+
+    def _read_resilient(self, j: int, path: str, offset: int | None, length: int | None) -> bytes:
+        """The read again, through the mount's replacement: bounded, and at the version read so far."""
         if offset is None or length is None:
-            with open(path, "rb") as f:
+            with open_resilient(path, size_in_s3=self._size_now(j)) as f:
                 return f.read()
+        with contextlib.closing(ResilientReader(path, pin=self._pin(j), size_in_s3=self._size_now(j))) as raw:
+            return _read_exactly(raw, offset, length)
+
+    def _descriptor(self, j: int, path: str) -> int:
         with self._lock:
-            if self._pid != os.getpid():  # descriptors of the parent are not ours to share after fork
-                self._fds, self._pid = {}, os.getpid()
+            self._mine()
             fd = self._fds.get(j)
-            if fd is None:
-                fd = self._fds[j] = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-        return os.pread(fd, length, offset)
+        if fd is not None:
+            return fd
+        pin = self._pin(j)
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            if pin is not None and pin.can_ask:
+                _check_at_open(pin, path)
+        except BaseException:
+            os.close(fd)
+            raise
+        with self._lock:
+            kept = self._fds.setdefault(j, fd)
+        if kept != fd:  # another thread opened it meanwhile: use one, give the other back
+            os.close(fd)
+        return kept
+
+    def _forget(self, j: int) -> None:
+        with self._lock:
+            fd = self._fds.pop(j, None) if self._pid == os.getpid() else None
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
     def close(self) -> None:
         with self._lock:
@@ -71,6 +192,19 @@ class FileReader(PerProcessState):
         for fd in fds.values():
             with contextlib.suppress(OSError):
                 os.close(fd)
+
+
+def _check_at_open(pin: VersionPin, path: str) -> None:
+    """A new descriptor reads the pinned version: another ETag fails; a store that does not answer passes
+    (as the first open of a shard does: a reread after a failure asks again and waits for the store)."""
+    try:
+        present = pin.verify()
+    except ObjectChanged:
+        raise
+    except Exception:  # noqa: BLE001  the store does not answer: the read goes on, checked at its reread
+        return
+    if not present:
+        raise FileNotFoundError(errno.ENOENT, "the S3 object behind this file no longer exists", path)
 
 
 @dataclass(frozen=True)
@@ -90,32 +224,16 @@ class MountpointSource:
                     ) -> Iterator[tuple[str, BinaryIO]]:
         """The shards through the mount, each read at one version: ``etags`` (the index's, by name), else the
         one S3 reports at the first open; a reopen (remount, outage) that finds another fails with ObjectChanged."""
-        from mountctl import open_resilient
         from mountctl.pytorch.data.readahead import Warmer
 
         location = parse_s3_uri(self.uri)
-        # The HEADs this reader sends itself: after a key rotation the watchdog remounts with new keys, and
-        # these resolve them again too (a reopen's version check with revoked keys would wait out the bound).
-        credentials = Credentials(self.settings, self.kind)
-
-        def ask(key: str, question: Callable[[Any, str, str], T]) -> T:
-            return credentials.call(f"s3://{location.bucket}/{key}", lambda: question(
-                credentials.client("head", s3.short_client), location.bucket, key))
-
-        def etag_now(name: str) -> Callable[[], str | None]:
-            return lambda: ask(location.prefix + name, s3.object_etag_now)
-
-        pins = shard_pins(str(location), names, etags, etag_now)
+        store = _StoreQuestions(self.uri, self.settings)
+        pins = shard_pins(str(location), names, etags, store.etag_now)
         warmer = None
         if self.read_ahead_dir is not None:
             warmer = Warmer(self.root, names, self.read_ahead_dir, shards_ahead=self.shards_ahead).start()
         try:
             for index, name in enumerate(names):
-                def size_in_s3(key: str = location.prefix + name) -> int | None:
-                    # None only when the store answers that the object is gone; raises while it is
-                    # unreachable, so an outage is waited out, not called a deletion
-                    return ask(key, s3.object_size_now)
-
                 if warmer is not None:
                     warmer.at(index)
                 # open_resilient reopens and seeks back if the watchdog remounts under us, and
@@ -123,7 +241,7 @@ class MountpointSource:
                 # An early or empty end of file is checked against S3 (s3fs serves a file it can no longer
                 # fetch as empty): a failed read, retried through the remount.
                 # With its pin, every reopen first asks S3 whether the object is still the version read so far.
-                with open_resilient(os.path.join(self.root, name), size_in_s3=size_in_s3,
+                with open_resilient(os.path.join(self.root, name), size_in_s3=store.size_now(name),
                                     pin=pins[index]) as stream:
                     yield name, stream
         finally:
@@ -135,9 +253,11 @@ class MountpointSource:
                 "cache_dir": self.cache_dir, "cache_size_mb": self.cache_size_mb,
                 "read_ahead": self.read_ahead_dir is not None}
 
-    def map_reader(self, names: Sequence[str], *, ranged: bool = False) -> FileReader:
-        """Objects (or, ``ranged``, byte ranges of shards) read through the mount as files."""
-        return FileReader(self.root, tuple(names))
+    def map_reader(self, names: Sequence[str], *, ranged: bool = False,
+                   etags: Sequence[str | None] | None = None) -> FileReader:
+        """Objects (or, ``ranged``, byte ranges of shards) read through the mount as files, each at the
+        version ``etags`` names (the index's), surviving a remount."""
+        return FileReader(self.root, tuple(names), self.uri, self.settings, None if etags is None else tuple(etags))
 
 
 @contextlib.contextmanager

@@ -105,7 +105,8 @@ class S3IOSource:
     def describe(self) -> dict[str, Any]:
         return {"kind": self.kind, "uri": self.uri, "endpoint": self.settings.endpoint_url}
 
-    def map_reader(self, names: Sequence[str], *, ranged: bool = False) -> S3MapReader:
+    def map_reader(self, names: Sequence[str], *, ranged: bool = False,
+                   etags: Sequence[str | None] | None = None) -> S3MapReader:
         return S3MapReader(tuple(self.uri + name for name in names), self.settings, ranged)
 
 

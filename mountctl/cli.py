@@ -13,13 +13,13 @@ from typing import TYPE_CHECKING
 from .argparsing import ArgumentParser
 from .errors import InvalidSpec, MountctlError
 from .redaction import redact
-from .spec import BACKEND_NAMES
+from .spec import BACKEND_NAMES, MountSpec
 
 if TYPE_CHECKING:
     from .far_proxy import FarProfile
     from .local_s3 import LocalS3Status
 
-__all__ = ["main"]
+__all__ = ["main", "configure"]
 
 
 def _seconds(text: str) -> float:
@@ -140,10 +140,8 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _cmd_mount(args: argparse.Namespace) -> int:
-    from .shared import acquire
-    from .spec import MountSpec
-
+def _mount_spec(args: argparse.Namespace) -> MountSpec:
+    """The mount the arguments ask for, checked: nothing is mounted, started or read (part of ``configure``)."""
     spec = MountSpec(
         uri=args.uri, mount_dir=args.dir, backend=args.backend, read_only=not args.read_write,
         cache_dir=args.cache_dir, cache_size_mb=args.cache_size_mb, metadata_ttl_s=args.metadata_ttl,
@@ -155,6 +153,24 @@ def _cmd_mount(args: argparse.Namespace) -> int:
         raise MountctlError("--extra-arg needs an explicit --backend: the arguments differ per program")
     if args.warm and not args.cache_dir:
         raise InvalidSpec("--warm reads files into the mount's data cache: add --cache-dir")
+    return spec
+
+
+def configure(argv: list[str]) -> argparse.Namespace:
+    """The command's dry run: its arguments parsed and checked as far as they can be without acting (no mount, no
+    server, no request).  A usage error exits 1 (``SystemExit``); a wrong value raises ``MountctlError``."""
+    args = _parser().parse_args(argv)
+    if args.command == "mount":
+        _mount_spec(args)
+    elif args.command == "local-s3" and args.action == "start":
+        _far_profile(args)
+    return args
+
+
+def _cmd_mount(args: argparse.Namespace) -> int:
+    from .shared import acquire
+
+    spec = _mount_spec(args)
     if args.warm:
         from .warm import read_listing
 

@@ -29,3 +29,14 @@ def test_one_kind_alone_needs_a_uri_and_one_worker_count_before_it_starts():
     with pytest.raises(InvalidSpec, match="one --num-workers"):
         configure(["bench", "s3://bucket/p/", "--source-kind", "s3io", "--num-workers", "1,2"])
     assert configure(["bench", "s3://bucket/p/", "--source-kind", "s3io"])[1].num_workers == 2
+
+
+def test_a_suite_config_refuses_a_store_it_does_not_know():
+    """What `--suite mlperf` and `--suite node` ran with before: `--store` not given reached their stores as None,
+    after the embedded S3 had started; the config itself now refuses it."""
+    from mountctl.pytorch.benchmark.mlperf import MlperfConfig
+    from mountctl.pytorch.benchmark.node_scale import NodeScaleConfig
+
+    for config in (MlperfConfig, NodeScaleConfig):
+        with pytest.raises(InvalidSpec, match="--store must be one of local, far, both, not None"):
+            config(uri="s3://bucket/p/", store=None)  # type: ignore[arg-type]

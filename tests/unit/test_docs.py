@@ -6,6 +6,8 @@ site builds with --strict. A renamed flag, a moved page or a deleted script fail
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import re
 import shlex
 import subprocess
@@ -25,6 +27,10 @@ _HEREDOC = re.compile(r"<<-?\s*['\"]?(\w+)['\"]?")
 _SUBSTITUTION = re.compile(r"\$\(([^()]*)\)")
 _SEPARATORS = {"&&", "||", ";", "|", "&", "(", ")"}
 _ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+_OUTPUT = re.compile(r"^(mountctl|resnet\.py)( [\w-]+)*: ")  # what a command printed: `resnet.py train: error: ...`
+_ANGLED = re.compile(r"<([^<>\s]+)>")
+_URI_PLACEHOLDER = re.compile(r"^([a-z][a-z0-9+]*://)([A-Z][A-Z0-9_]*)(?=/|$)")
+_ELIDED = "..."  # `mountctl mount ... --warm LIST`: a command shown in part is checked for its names only
 
 
 def _prose_and_blocks(page: Path) -> tuple[list[str], list[tuple[str, list[str]]]]:
@@ -76,7 +82,7 @@ def test_every_relative_link_reaches_a_file_and_its_anchor(page: Path) -> None:
 
 def _shell_commands(lines: list[str]) -> Iterator[list[str]]:
     """Each simple command of a shell block as words: continuations joined, here-documents and comments
-    dropped, `$(...)` substitutions and `a && b | c` split into their own commands."""
+    dropped, `$(...)` substitutions and `a && b | c` split into their own commands, `<placeholder>` a word."""
     joined: list[str] = []
     for line in lines:
         if joined and joined[-1].endswith("\\"):
@@ -91,6 +97,7 @@ def _shell_commands(lines: list[str]) -> Iterator[list[str]]:
         marker = _HEREDOC.search(line)
         if marker:
             heredoc_end, line = marker.group(1), line[:marker.start()]
+        line = _ANGLED.sub(lambda m: re.sub(r"\W+", "-", m.group(1)).strip("-"), line)  # `<dir>`: a word, no redirect
         pieces = [line]
         while (inner := _SUBSTITUTION.search(pieces[0])) is not None:
             pieces.append(inner.group(1))
@@ -108,6 +115,27 @@ def _shell_commands(lines: list[str]) -> Iterator[list[str]]:
                     words = []
                 else:
                     words.append(token)
+
+
+def _command_lines(language: str, lines: list[str]) -> list[str]:
+    """The lines of a fenced block that a user types: a shell block's (in a transcript, those after `$ ` and their
+    continuations, not what the program printed), and the `mountctl` lines a YAML manifest runs."""
+    if language == "yaml":
+        return [line.strip() for line in lines if re.match(r"^\s*mountctl\s", line)]
+    if language not in ("bash", "sh", "shell", "console", ""):
+        return []
+    if not any(line.startswith("$ ") for line in lines):
+        return [line for line in lines if not _OUTPUT.match(line)]
+    typed: list[str] = []
+    for line in lines:
+        if line.startswith("$ ") or (typed and typed[-1].endswith("\\")):
+            typed.append(line.removeprefix("$ "))
+    return typed
+
+
+def _concrete(word: str) -> str:
+    """A bucket placeholder made a valid name: `s3://BUCKET/PREFIX/` -> `s3://bucket/PREFIX/` (a prefix is free)."""
+    return _URI_PLACEHOLDER.sub(lambda m: m.group(1) + m.group(2).lower().replace("_", "-"), word)
 
 
 def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
@@ -136,35 +164,60 @@ def _parsers() -> dict[str, argparse.ArgumentParser]:
     return {"mountctl": _parser(), "resnet.py": build_parser()}
 
 
+def _dry_run(program: str, argv: list[str], parsers: dict[str, argparse.ArgumentParser]) -> list[str]:
+    """Run the program's own dry run on `argv`: the real parser, then the config the command would run, built and
+    checked with nothing started. A command shown in part (`...`) is checked for its subcommand and options only."""
+    from mountctl import MountctlError
+    from mountctl.cli import configure as mountctl_configure
+    from mountctl.pytorch.cli import configure as resnet_configure
+
+    if _ELIDED in argv:
+        return _problems_with(argv, parsers[program], program)
+    argv = [_concrete(word) for word in argv]
+    errors = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(errors), contextlib.redirect_stdout(io.StringIO()):
+            (mountctl_configure if program == "mountctl" else resnet_configure)(argv)
+    except SystemExit as exc:
+        if exc.code not in (0, None):  # --help is fine
+            return [f"{program}: usage error: {errors.getvalue().strip()}"]
+    except MountctlError as exc:
+        return [f"{program}: {type(exc).__name__}: {exc}"]
+    return []
+
+
 def _check_command(words: list[str], parsers: dict[str, argparse.ArgumentParser]) -> list[str]:
-    """Find the program in a command (also behind python, torchrun, srun) and check its arguments."""
+    """Find the program in a command (also behind python, torchrun, srun, env) and dry-run its arguments."""
     for i, word in enumerate(words):
         name = Path(word).name
         if name == "mountctl" or (word == "-m" and words[i + 1:i + 2] == ["mountctl"]):
             start = i + (2 if word == "-m" else 1)
-            return _problems_with(words[start:], parsers["mountctl"], "mountctl")
+            return _dry_run("mountctl", words[start:], parsers)
         if name == "resnet.py":
             missing = [] if (ROOT / word).exists() else [f"{word}: no such file"]
-            return missing + _problems_with(words[i + 1:], parsers["resnet.py"], "resnet.py")
+            return missing + _dry_run("resnet.py", words[i + 1:], parsers)
         if re.match(r"^(\./)?(scripts|examples|tests|\.ci)/\S+$", word):
             if not (ROOT / word).exists():
                 return [f"{word}: no such file"]
             if name == "bench.sh":  # runs `resnet.py bench s3://mountctl/bench/ "$@"`
-                return _problems_with(["bench", *words[i + 1:]], parsers["resnet.py"], "scripts/bench.sh ->")
+                return _dry_run("resnet.py", ["bench", "s3://mountctl/bench/", *words[i + 1:]], parsers)
             return []
     return []
 
 
 @pytest.mark.parametrize("page", [p for p in PAGES if not p.is_symlink()], ids=lambda p: str(p.relative_to(ROOT)))
-def test_every_command_in_the_code_blocks_still_exists(page: Path) -> None:
+def test_every_command_in_the_code_blocks_parses_and_passes_its_dry_run(page: Path, tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each command a page prints is parsed by the real parser and checked as the command checks it before it starts
+    anything (`configure`): a renamed flag, a missing default or a value the command refuses fails here."""
+    monkeypatch.chdir(tmp_path)  # relative paths in a command (--sample-log samples.log) land in a scratch directory
     parsers = _parsers()
     _, blocks = _prose_and_blocks(page)
     problems = []
     for language, lines in blocks:
-        if language in ("bash", "sh", "shell", "console"):
-            for words in _shell_commands(lines):
-                problems += [f"{shlex.join(words)}\n    {p}" for p in _check_command(words, parsers)]
-    assert not problems, f"{page.relative_to(ROOT)} shows commands that do not exist:\n" + "\n".join(problems)
+        for words in _shell_commands(_command_lines(language, lines)):
+            problems += [f"{shlex.join(words)}\n    {p}" for p in _check_command(words, parsers)]
+    assert not problems, f"{page.relative_to(ROOT)} shows commands that do not run:\n" + "\n".join(problems)
 
 
 def test_the_readme_shows_both_commands_and_ci_runs_the_test_one() -> None:
@@ -175,23 +228,45 @@ def test_the_readme_shows_both_commands_and_ci_runs_the_test_one() -> None:
     assert "exec bash scripts/test.sh" in (ROOT / ".ci" / "run").read_text()
 
 
-def test_the_command_check_catches_a_command_that_is_gone() -> None:
-    """The checker itself must fail on what does not exist, or the tests above could never fail."""
+@pytest.mark.parametrize(("line", "expected"), [
+    # what does not exist
+    ("python resnet.py trian s3://bucket/p/", "invalid choice: 'trian'"),
+    ("mountctl mount s3://bucket/ /tmp/m --backend-x rclone", "unrecognized arguments: --backend-x"),
+    ('eval "$(mountctl local-s3 environment)"', "invalid choice: 'environment'"),
+    ("cd /tmp && bash scripts/no-such-script.sh", "scripts/no-such-script.sh: no such file"),
+    ("MOUNTCTL_STORE=far bash scripts/bench.sh --quick --no-such-flag", "unrecognized arguments: --no-such-flag"),
+    ("torchrun --nnodes 2 resnet.py train s3://bucket/p/ --num-nodes 2 --devicez 4", "unrecognized arguments: --devicez"),
+    ("mountctl mount ... --warmm files.txt", "no option --warmm"),
+    # what parses but the command refuses before it starts (the dry run); placeholders stand for valid values
+    ("python resnet.py make s3://BUCKET/PREFIX/", "required: --num-images"),
+    ("python resnet.py train s3://BUCKET/p/ --batch-size 0", "--batch-size must be at least 1"),
+    ("mountctl mount s3://my-bucket/ <dir> --warm", "add --cache-dir"),
+    ("mountctl local-s3 start --latency-ms 30", "add --profile far"),
+    ("bash scripts/bench.sh --far-latency-ms -1", "far profile: latency_ms"),
+])
+def test_the_command_check_catches_what_would_not_run(line: str, expected: str) -> None:
+    """The checker itself must fail on a command that would not run, or the test of the pages could never fail."""
     parsers = _parsers()
-    cases = {
-        "python resnet.py trian s3://b/p/": "no subcommand 'trian'",
-        "mountctl mount s3://b/ /tmp/m --backend-x rclone": "no option --backend-x",
-        'eval "$(mountctl local-s3 environment)"': "no subcommand 'environment'",
-        "cd /tmp && bash scripts/no-such-script.sh": "scripts/no-such-script.sh: no such file",
-        "MOUNTCTL_STORE=far bash scripts/bench.sh --quick --no-such-flag": "no option --no-such-flag",
-        "torchrun --nnodes 2 resnet.py train s3://b/p/ --num-nodes 2 --devicez 4": "no option --devicez",
-    }
-    for line, expected in cases.items():
-        found = [problem for words in _shell_commands([line]) for problem in _check_command(words, parsers)]
-        assert len(found) == 1 and expected in found[0], (line, found)
-    fine = ["python resnet.py train s3://b/p/ --source-kind s3io \\", "    --max-epochs 1 | tee log",
-            "mountctl local-s3 start --profile far --latency-ms 30", "python - x <<'PY'", "mountctl nonsense", "PY"]
+    found = [problem for words in _shell_commands([line]) for problem in _check_command(words, parsers)]
+    assert len(found) == 1 and expected in found[0], found
+
+
+def test_the_command_check_passes_what_would_run() -> None:
+    parsers = _parsers()
+    fine = ["python resnet.py train s3://b-1/p/ --source-kind s3io \\", "    --max-epochs 1 | tee log",
+            "mountctl local-s3 start --profile far --latency-ms 30", "python - x <<'PY'", "mountctl nonsense", "PY",
+            "mountctl mount s3://BUCKET/train/ <dir> --read-write", "python resnet.py --help"]
     assert [p for words in _shell_commands(fine) for p in _check_command(words, parsers)] == []
+
+
+def test_a_transcript_is_checked_for_what_was_typed_not_what_was_printed() -> None:
+    transcript = ["$ python resnet.py index s3://bucket/train/ \\", "    --index-out idx.json",
+                  "resnet.py index: error: could not write the index", "$ mountctl status"]
+    assert _command_lines("", transcript) == ["python resnet.py index s3://bucket/train/ \\", "    --index-out idx.json",
+                                              "mountctl status"]
+    assert _command_lines("", ["resnet.py train: error: shard changed", "python resnet.py demo"]) == [
+        "python resnet.py demo"]
+    assert _command_lines("yaml", ["  args:", "    - |", "      mountctl cleanup"]) == ["mountctl cleanup"]
 
 
 def test_the_mkdocs_site_builds_strictly(tmp_path: Path) -> None:

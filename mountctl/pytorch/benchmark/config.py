@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from mountctl import InvalidSpec, parse_s3_uri
-from mountctl.pytorch.benchmark.stores import STORE_CHOICES, far_profile
+from mountctl.pytorch.benchmark.stores import check_store_choice, far_profile
 from mountctl.pytorch.data.device_decode import DECODE_CHOICES
 from mountctl.pytorch.data.sources import SOURCE_KINDS
 from mountctl.pytorch.data.synthetic import parse_size
@@ -98,8 +98,7 @@ class SweepConfig:
     peer_data: str | None = None
 
     def __post_init__(self) -> None:
-        if self.store not in STORE_CHOICES:
-            raise InvalidSpec(f"--store must be one of {', '.join(STORE_CHOICES)}, not {self.store!r}")
+        check_store_choice(self.store)
         far_profile(self.far_latency_ms, self.far_rate_mb_s)  # a bad latency or rate fails here
         if self.far_cells not in FAR_CELLS:
             raise InvalidSpec(f"far_cells must be one of {', '.join(FAR_CELLS)}, not {self.far_cells!r}")

@@ -29,7 +29,7 @@ from typing import Any
 
 from mountctl import InvalidSpec, S3Settings, installed_backends, parse_s3_uri, resolve
 from mountctl.pytorch.benchmark.dlio import dlio_venv, read_summary, run_dlio
-from mountctl.pytorch.benchmark.stores import plan_stores
+from mountctl.pytorch.benchmark.stores import check_store_choice, far_profile, plan_stores
 
 __all__ = ["MlperfWorkload", "MlperfConfig", "SCALES", "dlio_overrides", "accelerators_kept", "search_accelerators",
            "kept_table", "mount_routes", "run_mlperf", "run_mlperf_command", "AU_TARGET"]
@@ -127,6 +127,8 @@ class MlperfConfig:
             raise InvalidSpec(f"MLPerf workloads are {', '.join(known)}, not {self.workloads}")
         if self.accelerators and min(self.accelerators) < 1:
             raise InvalidSpec(f"accelerator counts must be >= 1, not {self.accelerators}")
+        check_store_choice(self.store)
+        far_profile(self.far_latency_ms, self.far_rate_mb_s)
         location = str(parse_s3_uri(self.uri))
         object.__setattr__(self, "uri", location if location.endswith("/") else location + "/")
 

@@ -22,7 +22,7 @@ from mountctl import installed_backends, parse_s3_uri, s3
 from mountctl.pytorch.benchmark.limits import ranged_get
 from mountctl.pytorch.benchmark.monitor import ResourceMonitor
 from mountctl.pytorch.benchmark.node_reads import read_as_ranks
-from mountctl.pytorch.benchmark.stores import plan_stores
+from mountctl.pytorch.benchmark.stores import check_store_choice, far_profile, plan_stores
 from mountctl.s3 import S3Settings, resolve
 
 __all__ = ["NodeScaleConfig", "run_node_scale", "node_markdown"]
@@ -43,6 +43,10 @@ class NodeScaleConfig:
     far_latency_ms: float | None = None
     far_rate_mb_s: float | None = None
     timeout_s: float = 600.0
+
+    def __post_init__(self) -> None:
+        check_store_choice(self.store)
+        far_profile(self.far_latency_ms, self.far_rate_mb_s)
 
 
 def run_node_scale(config: NodeScaleConfig) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from mountctl import FarProfile, FarProxy, InvalidSpec, LocalS3, S3Settings
 
-__all__ = ["STORES", "STORE_CHOICES", "REMOTE", "stores_for", "is_loopback_endpoint", "far_profile", "StorePlan",
+__all__ = ["STORES", "STORE_CHOICES", "REMOTE", "check_store_choice", "stores_for", "is_loopback_endpoint", "far_profile", "StorePlan",
            "plan_stores"]
 
 STORES = ("local", "far")
@@ -40,10 +40,15 @@ def is_loopback_endpoint(settings: S3Settings) -> bool:
         return False  # a name: some other machine's store
 
 
-def stores_for(choice: str, settings: S3Settings) -> tuple[str, ...]:
-    """The stores one run measures for ``--store CHOICE``: ``("remote",)`` whatever the choice on a real store."""
+def check_store_choice(choice: str) -> None:
+    """Where a config is built (every suite's), not when the run reaches its stores, after servers have started."""
     if choice not in STORE_CHOICES:
         raise InvalidSpec(f"--store must be one of {', '.join(STORE_CHOICES)}, not {choice!r}")
+
+
+def stores_for(choice: str, settings: S3Settings) -> tuple[str, ...]:
+    """The stores one run measures for ``--store CHOICE``: ``("remote",)`` whatever the choice on a real store."""
+    check_store_choice(choice)
     if not is_loopback_endpoint(settings):
         return (REMOTE,)
     return STORES if choice == "both" else (choice,)

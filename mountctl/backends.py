@@ -46,14 +46,23 @@ class Backend:
     def available(self) -> bool:
         return find_program(self.program) is not None
 
-    def version(self) -> str:
+    def version(self, executable: str | None = None) -> str:
+        """The first line of ``--version`` of ``executable`` (default: the one found now)."""
         try:
-            done = subprocess.run([self.executable(), "--version"], capture_output=True, text=True,
+            done = subprocess.run([executable or self.executable(), "--version"], capture_output=True, text=True,
                                   timeout=10, stdin=subprocess.DEVNULL)
         except (OSError, subprocess.TimeoutExpired, BackendNotFound) as exc:
             return f"unknown ({exc})"
         lines = (done.stdout or done.stderr).strip().splitlines()
         return lines[0] if lines else "unknown"
+
+    def running_version(self, pid: int | None) -> str:
+        """The version of the program a mount runs now (``/proc/PID/exe``), which may not be the one on PATH."""
+        try:
+            executable = os.readlink(f"/proc/{pid}/exe").removesuffix(" (deleted)") if pid else None
+        except OSError:
+            executable = None
+        return self.version(executable) if executable else self.version()
 
     def command(self, spec: MountSpec, settings: S3Settings, workdir: str) -> list[str]:
         raise NotImplementedError
@@ -76,9 +85,9 @@ class MountS3(Backend):
     install_hint = ("run `bash scripts/setup.sh`, which builds mount-s3 from AWS's published Mountpoint crates, "
                     "or install AWS's mount-s3 package")
 
-    def version(self) -> str:
+    def version(self, executable: str | None = None) -> str:
         """``mount-s3 1.x (AWS)`` or ``mount-s3 built from mountpoint-s3-fs X.Y``: which one runs matters."""
-        return describe_mount_s3(super().version())
+        return describe_mount_s3(super().version(executable))
 
     def environment(self, spec: MountSpec, settings: S3Settings, workdir: str) -> dict[str, str]:
         # mount-s3 makes its own directory under --cache but not --cache itself; only this user may enter it.

@@ -202,9 +202,13 @@ def _cmd_unmount(args: argparse.Namespace) -> int:
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
+    from .backends import get_backend
     from .shared import status
 
     rows = status(args.timeout)
+    for row in rows:  # which build runs matters most for mount-s3: AWS's own, or mountctl's on AWS's crates
+        if row["backend"] == "mount-s3":
+            row["program_version"] = get_backend("mount-s3").running_version(row["pid"])
     if args.json:
         print(json.dumps({"mounts": rows}, indent=2))
         return 0
@@ -216,7 +220,8 @@ def _cmd_status(args: argparse.Namespace) -> int:
         health = row["health"]
         latency = f" {health['latency_s'] * 1000:.0f}ms" if health.get("latency_s") else ""
         cache = f"{row['cache']['cache_size_mb']}MiB" if row.get("cache") else "none"
-        print(f"{row['dir']}  {row['uri']}  backend={row['backend']} pid={row['pid']} state={row['state']} "
+        program = f" ({row['program_version']})" if row.get("program_version") else ""
+        print(f"{row['dir']}  {row['uri']}  backend={row['backend']}{program} pid={row['pid']} state={row['state']} "
               f"health={health['state']}{latency} since={since} restarts={row['restarts']} holders={row['holders']} "
               f"cache={cache}" + (f" warm={row['warm']['state']}" if row.get("warm") else "")
               + (f"\n    warm: {row['warm']['detail']}" if row.get("warm") else "")

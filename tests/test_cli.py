@@ -10,6 +10,7 @@ import sys
 
 import pytest
 
+from mountctl.backends import get_backend
 from mountctl.programs import find_program
 
 from conftest import fuse_mounts_under, mount_programs, require_fuse
@@ -52,7 +53,7 @@ def test_new_user_walkthrough_leaves_nothing_behind(user_env, tmp_path):
     env = {**user_env, **{k: v.strip("'") for k, v in names.items()}}
 
     mnt = str(tmp_path / "m")
-    for backend in ("rclone", "s3fs"):
+    for backend in ("mount-s3", "rclone", "s3fs"):
         out = run(["mount", "s3://mountctl/", mnt, "--backend", backend], env).stdout
         assert f"with {backend}" in out
         with open(os.path.join(mnt, "hello.txt"), "rb") as f:
@@ -61,6 +62,9 @@ def test_new_user_walkthrough_leaves_nothing_behind(user_env, tmp_path):
         assert [(m["dir"], m["backend"], m["health"]["state"]) for m in status] == [(mnt, backend, "healthy")]
         text = run(["status"], env).stdout
         assert "health=healthy" in text and mnt in text
+        if backend == "mount-s3":  # which build runs: AWS's own, or ours on AWS's crates
+            version = get_backend("mount-s3").version()
+            assert status[0]["program_version"] == version and f"backend=mount-s3 ({version})" in text
         run(["unmount", mnt], env)
         assert json.loads(run(["status", "--json"], env).stdout)["mounts"] == []
         assert fuse_mounts_under(str(tmp_path)) == []

@@ -9,27 +9,32 @@ import time
 import pytest
 
 from mountctl import resolve
+from mountctl.backends import BACKENDS
 from mountctl.pytorch.data.dataset import EpochLoader, ShardDataset
 from mountctl.pytorch.data.manifest import load_manifest
 from mountctl.pytorch.data.sources import open_source
 from mountctl.shared import Registry
 
-from conftest import require_fuse
+from conftest import missing, require_fuse
 from torch_support import make_tiny_dataset
 
 IMAGES = 96
 
 
-@pytest.mark.parametrize("read_ahead", [False, True], ids=["plain", "read-ahead"])
-def test_epoch_survives_daemon_kill_with_every_sample_exactly_once(read_ahead, s3_env, bucket, mount_root):
+@pytest.mark.parametrize("program,read_ahead", [("rclone", False), ("rclone", True), ("mount-s3", False),
+                                                ("mount-s3", True)],
+                         ids=["rclone-plain", "rclone-read-ahead", "mount-s3-plain", "mount-s3-read-ahead"])
+def test_epoch_survives_daemon_kill_with_every_sample_exactly_once(program, read_ahead, s3_env, bucket, mount_root):
     require_fuse()
+    if not BACKENDS[program].available():
+        missing(f"{program} is not installed")
     uri = f"s3://{bucket}/data/"
     make_tiny_dataset(uri, num_images=IMAGES, image_size=32, shard_size="8KB")
     settings = resolve()
     manifest = load_manifest(settings, uri)
     directory = str(mount_root / "m")
     seen: list[int] = []
-    with open_source("mountpoint", uri, settings, backend="rclone", mount_dir=directory,
+    with open_source("mountpoint", uri, settings, backend=program, mount_dir=directory,
                      read_ahead=read_ahead) as source:
         dataset = ShardDataset(manifest, source, batch_size=4, seed=0)
         loader = EpochLoader(dataset, epoch_fn=lambda: 0, num_workers=2, timeout=120)
@@ -41,7 +46,7 @@ def test_epoch_survives_daemon_kill_with_every_sample_exactly_once(read_ahead, s
                 os.kill(source.mount_pid, signal.SIGKILL)
                 killed = time.monotonic()
         record = Registry().read(directory)
-        print(f"\n[kill -9 mid-epoch] samples expected {IMAGES} delivered {len(seen)} distinct {len(set(seen))}; "
+        print(f"\n[kill -9 mid-epoch, {program}] samples expected {IMAGES} delivered {len(seen)} distinct {len(set(seen))}; "
               f"epoch took {time.monotonic() - started:.2f}s ({time.monotonic() - killed:.2f}s after the kill); "
               f"remounts {record.restarts}")
         assert record.restarts >= 1, "the watchdog should have remounted the killed daemon"

@@ -23,8 +23,8 @@ MIB = 1 << 20
 OBJECT_MB = 64
 READERS = 4
 # Each program's smallest bound that mountctl accepts: rclone's (below it its reads stalled), and s3fs's
-# (it reads through temporary files).
-BOUNDS_MB = {"rclone": 184, "s3fs": 64}
+# (it reads through temporary files), and mount-s3's (Mountpoint takes no --memory-target under 512 MiB).
+BOUNDS_MB = {"mount-s3": 512, "rclone": 184, "s3fs": 64}
 # rclone read with many parallel chunk streams (the tuning a far store wants) would hold
 # READERS x 16 x 16 MiB = 1 GiB in flight unbounded: the bound must cap these flags too.
 _RCLONE_WIDE = ("--vfs-read-chunk-streams", "16", "--vfs-read-chunk-size", "16M")

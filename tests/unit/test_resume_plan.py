@@ -89,3 +89,32 @@ def test_resume_with_another_batch_size_trains_the_rest_exactly_once():
     consumed = consumed_after(total, (), world_size=2, batch_size=4, num_workers=2, steps=2)
     rest = [p for r in range(3) for batch in batches_of_rank(counts, r, 3, 2, consumed, batch_size=3) for p in batch]
     assert sorted(rest + [p for lo, hi in consumed for p in range(lo, hi)]) == list(range(total))
+
+
+def _shards(counts, names=None):
+    from mountctl.pytorch.data.manifest import Manifest, ShardInfo
+
+    names = names or [f"train-{n:06d}.tar" for n in range(len(counts))]
+    firsts = list(itertools.accumulate([0, *counts[:-1]]))
+    return Manifest(num_images=sum(counts), image_size=32, num_classes=3, seed=0, origin="index",
+                    shards=tuple(ShardInfo(name, c, f, 1000) for name, c, f in zip(names, counts, firsts, strict=True)))
+
+
+@pytest.mark.parametrize("after", [
+    _shards([12, 12, 12, 12, 12]),  # a re-index found a fifth shard
+    _shards([12, 12], ["train-000001.tar", "train-000002.tar"]),  # another brace selection
+    _shards([12, 12, 12, 11]),  # a shard re-written with one sample fewer
+])
+def test_a_position_saved_on_one_dataset_is_refused_on_another_naming_both(after):
+    from mountctl.pytorch.data.dataset import check_same_order, position
+    from mountctl.pytorch.errors import CheckpointError
+
+    before = _shards([12, 12, 12, 12])
+    saved = position(0, ((0, 16),), 4, 3, 8, before)
+    check_same_order(saved, 3, 8, _shards([12, 12, 12, 12]))  # the same data, indexed again: resumes
+    with pytest.raises(CheckpointError) as refused:
+        check_same_order(saved, 3, 8, after)
+    message = str(refused.value)
+    assert "\n" not in message and "drop --resume" in message
+    assert before.identity["summary"] in message and after.identity["summary"] in message
+    assert "4 shards (train-000000.tar .. train-000003.tar), 48 samples" in message

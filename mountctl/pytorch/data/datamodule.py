@@ -13,7 +13,7 @@ from typing import Any
 import lightning
 import torch
 
-from mountctl.pytorch.data.dataset import BATCH_TIMEOUT_S, EpochLoader, ShardDataset, check_same_order
+from mountctl.pytorch.data.dataset import BATCH_TIMEOUT_S, EpochLoader, ShardDataset, check_same_order, position
 from mountctl.pytorch.data.device_decode import transfer_encoded_batch
 from mountctl.pytorch.data.manifest import Manifest
 from mountctl.pytorch.data.persistent import EpochFollower, shut_down_workers
@@ -71,13 +71,11 @@ class _PositionedDataModule(lightning.LightningDataModule):
         consumed: tuple[Span, ...] = consumed_after(
             self.manifest.num_images, walker.consumed, world_size=trainer.world_size, batch_size=self.batch_size,
             num_workers=self._order_workers, steps=steps)
-        return {"epoch": walker.epoch, "consumed": [list(span) for span in consumed],
-                "samples": sum(hi - lo for lo, hi in consumed), "steps": walker.steps_before + steps,
-                "seed": self.seed, "window": self.window}
+        return position(walker.epoch, consumed, walker.steps_before + steps, self.seed, self.window, self.manifest)
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         # The global order depends on the seed and window; ranks, workers and batch size may change.
-        check_same_order(state_dict, self.seed, self.window)
+        check_same_order(state_dict, self.seed, self.window, self.manifest)
         self._resume = dict(state_dict) if state_dict else None
         if self._resume is not None:
             resume_is_exact()  # Lightning's "not resumable" warning looks at the loader; the position is here

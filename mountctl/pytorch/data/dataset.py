@@ -35,19 +35,34 @@ from mountctl.pytorch.data.shards import RawSample, batched, decode, read_shard,
 from mountctl.pytorch.data.worker_imports import import_worker_modules
 from mountctl.pytorch.errors import CheckpointError
 
-__all__ = ["ShardDataset", "EpochLoader", "check_same_order", "BATCH_TIMEOUT_S"]
+__all__ = ["ShardDataset", "EpochLoader", "check_same_order", "position", "BATCH_TIMEOUT_S"]
 
 # A bound on waiting for any one batch from a worker.  A wedged mount is the watchdog's to
 # replace (open_resilient then reads on); this only stops a run from hanging for ever.
 BATCH_TIMEOUT_S = 600.0
 
 
-def check_same_order(state: dict[str, Any], seed: int, window: int | None) -> None:
-    """A saved position is a set of positions of one global order: refuse it under another seed or window."""
+def check_same_order(state: dict[str, Any], seed: int, window: int | None, manifest: Manifest) -> None:
+    """A saved position is a set of positions of one global order: refuse it under another seed or window,
+    or on another dataset (other shards, or other counts), where its positions name other samples."""
     if state and (state.get("seed"), state.get("window")) != (seed, window):
         raise CheckpointError(f"the checkpoint was trained with --seed {state.get('seed')} and "
                               f"--shuffle-buffer {state.get('window')}; resume with the same ones, or "
                               "drop --resume to start afresh")
+    saved = state.get("dataset") if state else None  # absent in checkpoints saved before it was recorded
+    if saved and saved.get("digest") != manifest.identity["digest"]:
+        raise CheckpointError(f"the checkpoint was saved on another dataset ({saved.get('summary')}) than this "
+                              f"run's ({manifest.identity['summary']}): its position would name other samples; "
+                              "resume on the same data (the same index and shard pattern), or drop --resume to "
+                              "start afresh")
+
+
+def position(epoch: int, consumed: tuple[Span, ...], steps: int, seed: int, window: int | None,
+             manifest: Manifest) -> dict[str, Any]:
+    """The data position a checkpoint saves, with what it depends on (order and dataset)."""
+    return {"epoch": epoch, "consumed": [list(span) for span in consumed],
+            "samples": sum(hi - lo for lo, hi in consumed), "steps": steps, "seed": seed, "window": window,
+            "dataset": manifest.identity}
 
 
 def _skip(assignment: Assignment, batches: int) -> Assignment:
@@ -105,13 +120,12 @@ class ShardDataset(IterableDataset):
         """
         consumed = consumed_after(self.manifest.num_images, self.consumed, world_size=self.world_size,
                                   batch_size=self.batch_size, num_workers=num_workers, steps=steps)
-        return {"epoch": self.epoch, "consumed": [list(span) for span in consumed],
-                "samples": sum(hi - lo for lo, hi in consumed), "steps": self.steps_before + steps,
-                "seed": self.seed, "window": self.shuffle_buffer}
+        return position(self.epoch, consumed, self.steps_before + steps, self.seed, self.shuffle_buffer,
+                        self.manifest)
 
     def resume_from(self, state: dict[str, Any]) -> bool:
         """Start at ``state``'s epoch, skipping the positions it trained; False when that epoch was complete."""
-        check_same_order(state, self.seed, self.shuffle_buffer)
+        check_same_order(state, self.seed, self.shuffle_buffer, self.manifest)
         self.set_epoch(int(state["epoch"]))
         complete = state["samples"] >= self.manifest.num_images
         if len(state["consumed"]) and not complete:

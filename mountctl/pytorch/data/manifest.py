@@ -18,9 +18,11 @@ Both load through ``from_json_text``; finding and checking the file is
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields, replace
+from functools import cached_property
 from typing import Any
 
 from mountctl import BucketNotFound, InvalidSpec, S3Settings, parse_s3_uri
@@ -121,6 +123,24 @@ class Manifest:
     def layout(self) -> str:
         """``files`` (one object per sample) or ``shards``."""
         return "files" if self.format == FILES_FORMAT else "shards"
+
+    @cached_property
+    def identity(self) -> dict[str, str]:
+        """What a saved position means only on this dataset: its objects in order with their sample counts.
+
+        A digest to compare, and a summary to name it by.  Versions are left out: a shard re-indexed at the
+        same count maps a position exactly; a shard added, dropped, moved or recounted does not.
+        """
+        digest = hashlib.sha256()
+        for shard in self.shards:
+            digest.update(f"{shard.name}\0{shard.samples}\n".encode())
+        for file in self.files:
+            digest.update(f"{file.key}\n".encode())
+        names = [s.name for s in self.shards] or [f.key for f in self.files]
+        what = "shards" if self.shards else "files"
+        span = names[0] if len(names) == 1 else f"{names[0]} .. {names[-1]}"
+        return {"digest": digest.hexdigest()[:16],
+                "summary": f"{len(names)} {what} ({span}), {self.num_images} samples"}
 
     @property
     def indexed(self) -> bool:

@@ -96,3 +96,26 @@ def test_a_read_from_a_store_that_never_answers_fails_within_the_bound(own_serve
     assert "has not answered a read through the mount" in out and "MOUNTCTL_OUTAGE_BOUND_S" in out, out
     assert waited < BOUND_S + 45, f"the reader took {waited:.0f}s to give up"
     assert "not answering" in err, f"no stall line while it waited:\n{err}"
+
+
+def test_a_mount_whose_store_never_answers_reads_unresponsive_not_busy(own_server, mount_root, monkeypatch):
+    """Read loop alive, handlers stuck: rclone reads each FUSE request from /dev/fuse on its own goroutine and
+    serves it on another, so with its store stopped it keeps reading requests (the probe's lookup, and the
+    interrupt the kernel sends when the timed-out probe is killed) while no request completes.  Neither may
+    count as progress, or such a mount reads "busy" for ever and is never remounted."""
+    require_fuse()
+    for name, value in own_server.env().items():
+        monkeypatch.setenv(name, value)
+    # A short listing cache, so that the probe's lookup of a name that cannot exist needs the store.
+    spec = MountSpec(uri="s3://hung/", mount_dir=str(mount_root / "m"), backend="rclone", metadata_ttl_s=1,
+                     probe_timeout_s=2)
+    pid = own_server.status().pid
+    with Mount(spec, watchdog=False) as mounted:
+        assert mounted.health().ok
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            time.sleep(1.5)  # past the listing cache
+            verdicts = [mounted.health() for _ in range(3)]
+        finally:
+            os.kill(pid, signal.SIGCONT)
+    assert [h.state for h in verdicts] == ["unresponsive"] * 3, verdicts

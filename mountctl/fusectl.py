@@ -1,4 +1,5 @@
-"""Taking FUSE mounts down: polite unmount, lazy unmount, and aborting a wedged connection."""
+"""FUSE mounts' connections: which process serves one, and taking them down (polite unmount, lazy unmount, and
+aborting a wedged connection)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from dataclasses import dataclass
 
 from .mounttable import MountEntry, find_mount
 
-__all__ = ["UnmountResult", "unmount", "abort_connection", "force_clear"]
+__all__ = ["UnmountResult", "unmount", "abort_connection", "force_clear", "serving_pid"]
 
 log = logging.getLogger("mountctl")
 
@@ -84,3 +85,50 @@ def force_clear(mount_point: str, *, timeout_s: float = 5.0) -> UnmountResult:
         return UnmountResult(True, False, "not mounted")
     abort_connection(entry)
     return unmount(mount_point, lazy=True, timeout_s=timeout_s)
+
+
+def serving_pid(entry: MountEntry) -> int | None:
+    """The process serving a FUSE mount, for a caller that was not told (a mount without a registry record).
+
+    The kernel does not say which process reads a connection's ``/dev/fuse``.  Mount programs name
+    their mount point on their command line (rclone, s3fs and mount-s3 all take it as an argument),
+    so the server is a process that holds ``/dev/fuse`` open and names the mount point.  Where several
+    do (a predecessor detached lazily and still running), the youngest: the mount table's entry at a
+    directory is the newest mount there.  None when no such process is visible to this user.
+    """
+    import psutil
+
+    if not entry.is_fuse:
+        return None
+    target = os.fsencode(os.path.normpath(entry.mount_point))
+    found: list[tuple[float, int]] = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/cmdline", "rb") as f:
+                args = f.read().split(b"\0")
+        except OSError:  # gone meanwhile
+            continue
+        if target not in {os.path.normpath(arg) for arg in args if arg.startswith(b"/")}:
+            continue
+        if _holds_dev_fuse(int(name)):
+            try:
+                found.append((psutil.Process(int(name)).create_time(), int(name)))
+            except psutil.Error:
+                continue
+    return max(found)[1] if found else None
+
+
+def _holds_dev_fuse(pid: int) -> bool:
+    try:
+        names = os.listdir(f"/proc/{pid}/fd")
+    except OSError:  # another user's process, or gone
+        return False
+    for name in names:
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{name}") == "/dev/fuse":
+                return True
+        except OSError:
+            continue
+    return False

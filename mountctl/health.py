@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, get_args
 
 from .backends import Backend
+from .fusectl import serving_pid
 from .mounttable import find_mount
 from .probe import probe_path
 from .processes import pid_running
@@ -67,6 +68,10 @@ def mount_health(path: str, backend: Backend | None, child: subprocess.Popen[byt
         return Health("unmounted", pid=pid, error=f"{path} now holds a {entry.fs_type} mount from {entry.source}")
     if pid is not None and not alive:
         return Health("dead", pid=pid, error="mount program exited; the mount is left behind (ENOTCONN)")
+    if pid is None:
+        # No record names the program (a shared=False mount, seen by `mountctl cleanup`): find the process that
+        # serves the mount, so that a probe that times out is judged by what it does, not by the timeout alone.
+        pid = serving_pid(entry)
     before = progress_mark(pid)
     probe = probe_path(path, timeout_s, list_dir=False)
     if probe.timed_out and not probe.reached and not progress_mark(pid).stopped:

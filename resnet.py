@@ -7,7 +7,10 @@ commands users know from the Mountpoint PyTorch example working as written.
 
 import sys
 
-from mountctl.pytorch.cli import main
+from mountctl.venv_guard import TRAINING_MODULES, require_modules
 
 if __name__ == "__main__":
+    require_modules("resnet.py", TRAINING_MODULES)  # a Python without torch stops here, in one line
+    from mountctl.pytorch.cli import main
+
     sys.exit(main())

@@ -2,6 +2,10 @@
 
 import sys
 
-from .cli import main
+from .venv_guard import CORE_MODULES, require_modules
+
+require_modules("mountctl", CORE_MODULES)  # before the command: a system Python stops here, in one line
+
+from .cli import main  # noqa: E402
 
 sys.exit(main())

@@ -15,6 +15,7 @@ import os
 import secrets
 import shutil
 import stat
+import subprocess
 import sys
 import tempfile
 import time
@@ -307,6 +308,63 @@ def test_the_example_batch_script_ended_by_its_time_limit_mid_epoch_resumes_requ
     assert_epilog_ran(slurm, job, ["n1", "n2", job_field(slurm, job, "NodeList")])
     print(f"\ntime limit: TIMEOUT after {ran_for}, nothing left on either node; requeued on 2 tasks, resumed from "
           f"the step-{resumed_from} checkpoint in S3 ({steps} steps of 4 tasks an epoch)")
+
+
+def _train_sbatch_help(slurm: SlurmCluster, local: str, out) -> subprocess.CompletedProcess:
+    """examples/slurm/train.sbatch on n1, one task, `--help` passed on to `resnet.py train`: the script's own steps
+    run (its node's MOUNTCTL_HOME under ``local``), then the real trainer prints its usage and exits."""
+    env = dict(os.environ, MOUNTCTL_LOCAL_DIR=local, PYTHON=sys.executable)
+    return slurm.run("sbatch", "--wait", "--nodes=1", "--ntasks-per-node=1", "--nodelist=n1", f"--output={out}",
+                     f"--chdir={REPO}", os.path.join(EXAMPLES, "train.sbatch"), "s3://nowhere/data/",
+                     "s3://nowhere/ckpt/", "--help", env=env, timeout=JOB_TIMEOUT_S)
+
+
+@pytest.fixture
+def sticky_local_dir(slurm):
+    """A node-local directory like /tmp: every user makes entries in it, and removes only their own."""
+    local = os.path.join(slurm.root, f"sticky-{secrets.token_hex(4)}")
+    os.mkdir(local)
+    os.chmod(local, 0o1777)
+    yield local
+    shutil.rmtree(local, ignore_errors=True)
+
+
+def test_the_example_batch_script_makes_its_node_home_private(slurm, sticky_local_dir, tmp_path):
+    out = tmp_path / "job.out"
+    done = _train_sbatch_help(slurm, sticky_local_dir, out)
+    output = out.read_text(errors="replace")
+    assert done.returncode == 0 and "usage:" in output, output
+    home = os.lstat(os.path.join(sticky_local_dir, "mountctl-0-n1"))
+    assert stat.S_ISDIR(home.st_mode) and (home.st_uid, stat.S_IMODE(home.st_mode)) == (os.getuid(), 0o700)
+
+
+@pytest.mark.parametrize("squat", ["directory", "link"])
+def test_the_example_batch_script_refuses_a_node_home_that_another_user_made_first(slurm, sticky_local_dir,
+                                                                                    tmp_path, squat):
+    """A throwaway user makes the job user's predictable MOUNTCTL_HOME (a directory open to all, or a link to one of
+    theirs) before the job. The job (root's: nothing else would stop root from using it) must end in one line that
+    names it and its owner, before the trainer starts, and leave it as it was."""
+    if os.geteuid() != 0 or missing_programs(("useradd", "userdel", "runuser")):
+        missing("this test runs as root with useradd, userdel and runuser")
+    home, theirs = os.path.join(sticky_local_dir, "mountctl-0-n1"), os.path.join(sticky_local_dir, "theirs")
+    with contextlib.ExitStack() as cleanup:
+        try:
+            squatter = cleanup.enter_context(system_user("mcsq"))
+        except RuntimeError as exc:
+            missing(str(exc))
+        as_squatter = ["runuser", "-u", squatter.pw_name, "--"]
+        subprocess.run([*as_squatter, "mkdir", "-m", "777", theirs if squat == "link" else home], check=True,
+                       timeout=30)
+        if squat == "link":
+            subprocess.run([*as_squatter, "ln", "-s", theirs, home], check=True, timeout=30)
+        out = tmp_path / "job.out"
+        done = _train_sbatch_help(slurm, sticky_local_dir, out)
+        output = out.read_text(errors="replace")
+        assert done.returncode != 0 and "usage:" not in output, f"the job ran in another user's home:\n{output}"
+        refusals = [line for line in output.splitlines() if line.startswith("train.sbatch: ")]
+        assert len(refusals) == 1 and home in refusals[0] and squatter.pw_name in refusals[0], output
+        assert os.listdir(theirs if squat == "link" else home) == [], "the job wrote into another user's directory"
+        assert os.lstat(home).st_uid == squatter.pw_uid
 
 
 SIDE_BY_SIDE = """import errno, json, os, subprocess, sys, time

@@ -30,7 +30,6 @@ import torch
 from torch.utils.data import Dataset
 
 from mountctl import MountctlError
-from mountctl.abandonable import AbandonableCaller
 from mountctl.pytorch.data.manifest import MANIFEST_NAME, Manifest
 from mountctl.pytorch.data.shards import IMAGE_EXTENSIONS, RawSample, decode
 from mountctl.pytorch.errors import DatasetError, remake_hint
@@ -115,8 +114,6 @@ class MapSampleDataset(Dataset):
         self.class_to_idx = {name: i for i, name in enumerate(self.classes)}
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._pool_pid = 0
-        self._caller: AbandonableCaller | None = None  # bounds a read made without the pool
-        self._caller_pid = 0
 
     @classmethod
     def from_manifest(cls, manifest: Manifest, source: Any, uri: str, **options: Any) -> "MapSampleDataset":
@@ -146,7 +143,7 @@ class MapSampleDataset(Dataset):
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        state["_pool"] = state["_caller"] = None  # threads do not cross into a worker; each process makes its own
+        state["_pool"] = None  # threads do not cross into a worker; each process makes its own pool
         return state
 
     def _fetch(self, ref: SampleRef) -> bytes:
@@ -199,12 +196,11 @@ class MapSampleDataset(Dataset):
                             "check the source (`mountctl status` for a mount)")
 
     def _fetch_bounded(self, ref: SampleRef) -> bytes:
-        """``_fetch`` on a thread this one can walk away from: a read blocked in a hung mount never holds it."""
-        if self._caller is None or self._caller_pid != os.getpid():
-            self._caller, self._caller_pid = AbandonableCaller("mountctl-map-read"), os.getpid()
+        """``_fetch`` on a pool thread this one can walk away from: a read blocked in a hung mount never holds
+        the caller (with no DataLoader worker, the training loop itself)."""
         try:
-            return self._caller.call(lambda: self._fetch(ref), FETCH_TIMEOUT_S)
-        except TimeoutError:
+            return self._threads().submit(self._fetch, ref).result(timeout=FETCH_TIMEOUT_S)
+        except concurrent.futures.TimeoutError:
             raise self._no_answer(ref) from None
 
     def __getitem__(self, item: Any) -> tuple[Any, ...]:
@@ -214,7 +210,8 @@ class MapSampleDataset(Dataset):
 
     def _threads(self) -> concurrent.futures.ThreadPoolExecutor:
         if self._pool is None or self._pool_pid != os.getpid():
-            self._pool = concurrent.futures.ThreadPoolExecutor(self.readahead_threads, thread_name_prefix="readahead")
+            self._pool = concurrent.futures.ThreadPoolExecutor(max(1, self.readahead_threads),
+                                                               thread_name_prefix="readahead")
             self._pool_pid = os.getpid()
         return self._pool
 

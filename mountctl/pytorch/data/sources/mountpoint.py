@@ -15,7 +15,6 @@ from mountctl import ObjectChanged, S3Settings, VersionPin, open_resilient, pars
 from mountctl.pytorch.data.sources.pins import shard_pins
 from mountctl.pytorch.data.sources.reader_state import PerProcessState
 from mountctl.pytorch.data.sources.refreshing import Credentials
-from mountctl.resilient import RETRYABLE_ERRNOS, ResilientReader
 
 __all__ = ["MountpointSource", "mountpoint_source", "FileReader", "add_mountpoint_arguments", "mountpoint_options",
            "memory_bound_mb"]
@@ -57,19 +56,6 @@ class _StoreQuestions:
         # None only when the store answers that the object is gone; raises while it is unreachable,
         # so an outage is waited out, not called a deletion
         return lambda: self._ask(name, s3.object_size_now)
-
-
-def _read_exactly(reader: ResilientReader, offset: int, length: int) -> bytes:
-    """``length`` bytes at ``offset``, fewer only at the end of the file."""
-    reader.seek(offset)
-    data = bytearray(length)
-    view, got = memoryview(data), 0
-    while got < length:
-        count = reader.readinto(view[got:])
-        if not count:
-            break
-        got += count
-    return bytes(data[:got])
 
 
 @dataclass
@@ -142,9 +128,8 @@ class FileReader(PerProcessState):
                 with open(path, "rb") as f:
                     return f.read()
             return os.pread(self._descriptor(j, path), length, offset)
-        except OSError as exc:
-            if exc.errno not in RETRYABLE_ERRNOS and exc.errno != errno.ENOENT:
-                raise
+        except OSError:
+            # open_resilient tells a remount or an outage (waited for) from any other error (raised at once)
             if offset is not None:
                 self._forget(j)
         return self._read_resilient(j, path, offset, length)
@@ -154,8 +139,9 @@ class FileReader(PerProcessState):
         if offset is None or length is None:
             with open_resilient(path, size_in_s3=self._size_now(j)) as f:
                 return f.read()
-        with contextlib.closing(ResilientReader(path, pin=self._pin(j), size_in_s3=self._size_now(j))) as raw:
-            return _read_exactly(raw, offset, length)
+        with open_resilient(path, buffering=max(1, length), pin=self._pin(j), size_in_s3=self._size_now(j)) as f:
+            f.seek(offset)
+            return f.read(length)
 
     def _descriptor(self, j: int, path: str) -> int:
         with self._lock:
@@ -264,8 +250,8 @@ class MountpointSource:
 def mountpoint_source(uri: str, settings: S3Settings, *, backend: str = "auto", mount_dir: str | None = None,
                       cache: bool = True, cache_dir: str | None = None, cache_size_mb: int | None = None,
                       read_ahead: bool = False, shards_ahead: int = 2, dataset_bytes: int | None = None,
-                      readers: int | None = None, memory_mb: int | None = None, **_: Any
-                      ) -> Iterator[MountpointSource]:
+                      readers: int | None = None, memory_mb: int | None = None, objects: str | None = None,
+                      **_: Any) -> Iterator[MountpointSource]:
     """Mount ``uri`` read-only for the run; ranks on one node share the one mount.
 
     The mount program gets exactly ``settings`` (endpoint, region, credentials), so this
@@ -277,7 +263,9 @@ def mountpoint_source(uri: str, settings: S3Settings, *, backend: str = "auto", 
     from the manifest: without it the size is one LIST of the objects directly under the prefix,
     which misses the files layout's ``train/<class>/`` objects.  ``readers`` (DataLoader workers
     per rank) bounds the program's memory to what the plan reads at once, for every rank on this
-    node (``LOCAL_WORLD_SIZE``); ``memory_mb`` sets the bound instead.
+    node (``LOCAL_WORLD_SIZE``); ``memory_mb`` sets the bound instead.  ``objects`` (an object list made from
+    the dataset's index, ``index_mount.object_list_for``) mounts exactly those objects with mount-s3: no LIST or
+    HEAD when a file is opened, each read pinned to the index's ETag.
     """
     import mountctl
 
@@ -293,6 +281,8 @@ def mountpoint_source(uri: str, settings: S3Settings, *, backend: str = "auto", 
         memory_mb = memory_bound_mb(readers * local_ranks, shards_ahead if read_ahead and cache else 0)
     if memory_mb is not None:
         options["memory_mb"] = memory_mb
+    if objects is not None:
+        options["objects"] = objects
     with mountctl.mount(uri, mount_dir, backend=backend, settings=settings, **options) as mounted:
         record = None
         if read_ahead and "cache_dir" in options:
@@ -317,9 +307,12 @@ def add_mountpoint_arguments(parser: Any) -> None:
     parser.add_argument("--read-ahead", action=argparse.BooleanOptionalAction, default=False,
                         help="mountpoint kind, with the cache: warm each reader's next shards into it (default "
                         "off: it slowed epoch 1 on a 2-core machine, where the mount program is CPU-bound)")
+    parser.add_argument("--from-index", action=argparse.BooleanOptionalAction, default=False,
+                        help="mountpoint kind: mount exactly the objects the dataset's index lists, with mountctl's "
+                        "mount-s3: no LIST or HEAD per open, each read pinned to the indexed ETag (default off)")
 
 
 def mountpoint_options(args: Any) -> dict[str, Any]:
     """The options ``add_mountpoint_arguments`` parsed, as config fields / opener keywords."""
     return {"cache": args.cache, "cache_dir": args.cache_dir, "cache_size_mb": args.cache_size_mb,
-            "read_ahead": args.read_ahead}
+            "read_ahead": args.read_ahead, "from_index": args.from_index}

@@ -33,6 +33,7 @@ from .handle import MountHandle
 from .health import Health, HealthState
 from .local_s3 import LocalS3, uri_or_embedded
 from .mount import Mount
+from .object_list import ListedObject, read_object_list, write_object_list
 from .object_version import VersionPin
 from .paths import private_dir
 from .ports import port_free
@@ -43,6 +44,9 @@ from .shared import SharedMount, mount, status
 from .spec import BACKEND_NAMES, MountSpec
 
 __all__ = [
+    "ListedObject",
+    "write_object_list",
+    "read_object_list",
     "mount",
     "status",
     "open_resilient",

@@ -18,7 +18,7 @@ from .cache import CachePlan, free_mb, plan_cache
 from .errors import BackendNotFound, InvalidSpec
 from .mounttable import MountEntry
 from .paths import write_private
-from .programs import find_program
+from .programs import bundled_mount_s3, find_program
 from .s3 import S3Settings
 from .spec import MountSpec
 
@@ -89,6 +89,16 @@ class MountS3(Backend):
         """``mount-s3 1.x (AWS)`` or ``mount-s3 built from mountpoint-s3-fs X.Y``: which one runs matters."""
         return describe_mount_s3(super().version(executable))
 
+    def _executable_for(self, spec: MountSpec) -> str:
+        """A list of objects is a flag of mountctl's build only (AWS's mount-s3 has no --manifest)."""
+        if not spec.objects:
+            return self.executable()
+        ours = bundled_mount_s3()
+        if ours is None:
+            raise BackendNotFound("mounting a list of objects needs mountctl's mount-s3 (AWS's has no --manifest), "
+                                  "which is not built: run `bash scripts/setup.sh`", program=self.program)
+        return ours
+
     def environment(self, spec: MountSpec, settings: S3Settings, workdir: str) -> dict[str, str]:
         # mount-s3 makes its own directory under --cache but not --cache itself; only this user may enter it.
         if _cache_plan(spec, workdir) is not None:
@@ -98,10 +108,12 @@ class MountS3(Backend):
         return settings.child_env()
 
     def command(self, spec: MountSpec, settings: S3Settings, workdir: str) -> list[str]:
-        argv = [self.executable(), spec.bucket, spec.mount_dir, "--foreground",
+        argv = [self._executable_for(spec), spec.bucket, spec.mount_dir, "--foreground",
                 "--region", settings.region, "--log-directory", os.path.join(workdir, "logs")]
         if spec.prefix:
             argv += ["--prefix", spec.prefix]
+        if spec.objects:
+            argv += ["--manifest", spec.objects, "--manifest-directory", os.path.basename(spec.data_dir)]
         if spec.read_only:
             argv.append("--read-only")
         else:

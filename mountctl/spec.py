@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import InvalidSpec
+from .object_list import objects_directory_name
 from .s3 import check_endpoint, parse_s3_uri
 
 __all__ = ["MountSpec", "canonical_dir", "BACKEND_NAMES", "MIN_MEMORY_MB"]
@@ -59,6 +60,9 @@ class MountSpec:
     extra_args: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     memory_mb: int | None = None  # bound on the mount program's memory, turned into its own flags
     warm: str | None = None  # read these files into the cache once mounted: "all", or a file listing paths
+    # Serve exactly the objects of this list (object_list.write_object_list), read-only, each pinned to its ETag,
+    # with no LIST or HEAD: mountctl's mount-s3 only. They appear under ``data_dir``.
+    objects: str | None = None
     mount_timeout_s: float = 30.0
     unmount_timeout_s: float = 10.0
     probe_timeout_s: float = 2.0
@@ -100,11 +104,32 @@ class MountSpec:
         object.__setattr__(self, "extra_args", extra)
         if self.endpoint_url is not None:
             object.__setattr__(self, "endpoint_url", check_endpoint(self.endpoint_url))
+        if self.objects is not None:
+            self._check_objects()
         if self.warm is not None:
             if not isinstance(self.warm, str) or not self.warm.strip():
                 raise InvalidSpec(f"warm must be 'all' or the path of a file listing paths, not {self.warm!r}")
             if self.warm != "all":  # the supervisor reads it from another working directory
                 object.__setattr__(self, "warm", os.path.abspath(os.path.expanduser(self.warm)))
+
+    def _check_objects(self) -> None:
+        if not isinstance(self.objects, str) or not os.path.isfile(self.objects):
+            raise InvalidSpec(f"objects must be the path of an object list file, not {self.objects!r}")
+        if self.backend not in ("auto", "mount-s3"):
+            raise InvalidSpec(f"only mount-s3 mounts a list of objects, not {self.backend}: use backend 'mount-s3' "
+                              "(or 'auto')")
+        if not self.read_only:
+            raise InvalidSpec("a mount of a list of objects is read-only: drop read_only=False (or --read-write)")
+        object.__setattr__(self, "objects", os.path.abspath(self.objects))
+        object.__setattr__(self, "backend", "mount-s3")
+
+    @property
+    def data_dir(self) -> str:
+        """Where the prefix's objects are: the mount point, or for an object list the one directory under it."""
+        if self.objects is None:
+            return self.mount_dir
+        location = parse_s3_uri(self.uri)
+        return os.path.join(self.mount_dir, objects_directory_name(location.bucket, location.prefix))
 
     @property
     def bucket(self) -> str:

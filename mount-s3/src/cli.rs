@@ -163,6 +163,11 @@ pub struct CliArgs {
     /// --prefix) with no LIST and no HEAD; each object is read pinned to its listed ETag. Read-only.
     #[arg(long, help_heading = MOUNTCTL)]
     pub manifest: Option<PathBuf>,
+
+    /// With --manifest: the one directory under the mount point that holds the objects
+    /// [default: the last part of --prefix, or the bucket's name]
+    #[arg(long, requires = "manifest", help_heading = MOUNTCTL)]
+    pub manifest_directory: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]

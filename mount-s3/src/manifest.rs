@@ -29,7 +29,7 @@ pub fn directory_name(s3_path: &S3Path) -> String {
     }
 }
 
-pub fn metablock(path: &Path, s3_path: &S3Path) -> anyhow::Result<ManifestMount> {
+pub fn metablock(path: &Path, s3_path: &S3Path, directory: Option<&str>) -> anyhow::Result<ManifestMount> {
     let file = File::open(path).with_context(|| format!("cannot open manifest {}", path.display()))?;
     let entries = BufReader::new(file)
         .lines()
@@ -41,7 +41,7 @@ pub fn metablock(path: &Path, s3_path: &S3Path) -> anyhow::Result<ManifestMount>
         .tempdir()
         .context("cannot create a directory for the manifest's store")?;
     let db_path = store.path().join("manifest.db");
-    let directory_name = directory_name(s3_path);
+    let directory_name = directory.map(str::to_string).unwrap_or_else(|| directory_name(s3_path));
     let channel = ChannelManifest { directory_name: directory_name.clone(), s3_path: s3_path.clone(), entries };
     create_db(&db_path, vec![channel], 10_000)
         .map_err(|e| anyhow!("{}", error_chain(&e)))

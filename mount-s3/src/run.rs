@@ -83,7 +83,7 @@ pub fn mount(args: &CliArgs) -> anyhow::Result<FuseSession> {
     let mountpoint_config = MountpointConfig::new(fuse_session_config(args)?, filesystem_config, data_cache_config)?;
     let mut session = match &args.manifest {
         Some(path) => {
-            let mount = manifest::metablock(path, &s3_path)?;
+            let mount = manifest::metablock(path, &s3_path, args.manifest_directory.as_deref())?;
             tracing::info!("serving the manifest's objects under {}/", mount.directory_name);
             let mut session = mountpoint_config.create_fuse_session(mount.metablock, client, runtime, pool)?;
             let store = mount.store;

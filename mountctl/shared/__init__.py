@@ -25,6 +25,21 @@ __all__ = ["mount", "status", "SharedMount", "MountRecord", "Registry", "acquire
 set_default_guard(RegistryGuard())
 
 
+class ObjectsView:
+    """A mount of a list of objects as its caller sees it: ``path`` is the directory that holds the objects (one
+    level under the mount point, ``MountSpec.data_dir``); everything else is the handle's own."""
+
+    def __init__(self, handle: Any) -> None:
+        self._handle = handle
+
+    @property
+    def path(self) -> str:
+        return str(self._handle.spec.data_dir)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._handle, name)
+
+
 @contextlib.contextmanager
 def mount(uri: str, mount_dir: str | None = None, *, backend: str = "auto", shared: bool = True,
           watchdog: bool = True, settings: S3Settings | None = None, **options: Any) -> Iterator[MountHandle]:
@@ -40,10 +55,10 @@ def mount(uri: str, mount_dir: str | None = None, *, backend: str = "auto", shar
     spec = MountSpec(uri=uri, mount_dir=directory, backend=backend, **options)
     if not shared:
         with Mount(spec, settings=settings, watchdog=watchdog) as own:
-            yield own
+            yield own if spec.objects is None else ObjectsView(own)
         return
     handle = acquire(spec, settings=settings, watchdog=watchdog)
     try:
-        yield handle
+        yield handle if spec.objects is None else ObjectsView(handle)
     finally:
         handle.release()

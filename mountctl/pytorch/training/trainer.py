@@ -16,6 +16,7 @@ from typing import Any, TextIO
 
 from mountctl import InvalidSpec, S3Settings, port_free, resolve
 from mountctl.pytorch.data.device_decode import resolve_decode
+from mountctl.pytorch.data.index_mount import index_objects
 from mountctl.pytorch.data.location import parse_data_uri
 from mountctl.pytorch.data.manifest import load_dataset_description
 from mountctl.pytorch.data.sources import check_source_choice, open_source
@@ -150,6 +151,7 @@ class TrainConfig:
     cache_dir: str | None = None  # None: $MOUNTCTL_HOME/cache
     cache_size_mb: int | None = None  # None: the dataset's size, at most half the free disk
     read_ahead: bool = False  # mountpoint kind, with the cache: warm each reader's next shards (measured slower here)
+    from_index: bool = False  # mountpoint kind: mount exactly the index's objects (mount-s3's manifest mount)
     data_wait_threshold: float = 0.2  # above this share of step time waiting for data, one line says what to try
     metrics_port: int | None = None  # rank 0 serves data_wait_fraction on 127.0.0.1:PORT/metrics (Prometheus)
     index: str | None = None  # --index PATH|s3://...: the dataset's index where it is not beside the data
@@ -310,7 +312,8 @@ def train(config: TrainConfig, *, settings: S3Settings | None = None, out: TextI
     with worker_tempdir(), open_source(config.source_kind, dataset.uri, settings, backend=config.backend, mount_dir=config.mount_dir,
                      cache=config.cache, cache_dir=config.cache_dir, cache_size_mb=config.cache_size_mb,
                      read_ahead=config.read_ahead, dataset_bytes=manifest.total_bytes,
-                     readers=max(1, num_workers)) as source:
+                     readers=max(1, num_workers), objects=index_objects(config, manifest, settings, dataset.uri)
+                     ) as source:
         monitor = ThroughputMonitor(manifest.num_images, warmup_batches=config.warmup_batches)
         data_wait = DataWaitMonitor(config.source_kind, threshold=config.data_wait_threshold,
                                     warmup_batches=config.warmup_batches, metrics_port=config.metrics_port)

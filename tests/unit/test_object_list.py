@@ -1,0 +1,59 @@
+"""An object list (what a mount of exactly the indexed objects serves) and the MountSpec that names one."""
+
+from __future__ import annotations
+
+import os
+import stat
+
+import pytest
+
+from mountctl import InvalidSpec, ListedObject, MountSpec, read_object_list, write_object_list
+from mountctl.backends import MountS3
+from mountctl.s3 import S3Settings
+
+
+@pytest.fixture(autouse=True)
+def home(tmp_path, monkeypatch):
+    monkeypatch.setenv("MOUNTCTL_HOME", str(tmp_path / "home"))
+
+
+def test_the_same_objects_name_the_same_private_file_whatever_their_order():
+    a = write_object_list([ListedObject("b/2.jpg", "e2", 2), ListedObject("a/1.jpg", '"e1"', 1)])
+    b = write_object_list([ListedObject("a/1.jpg", "e1", 1), ListedObject("b/2.jpg", "e2", 2)])
+    assert a == b and stat.S_IMODE(os.stat(a).st_mode) == 0o600
+    assert read_object_list(a) == [ListedObject("a/1.jpg", '"e1"', 1), ListedObject("b/2.jpg", '"e2"', 2)]
+    assert write_object_list([ListedObject("a/1.jpg", "e1", 9)]) != a  # another size: other objects
+
+
+@pytest.mark.parametrize("bad", [ListedObject("a\tb", "e", 1), ListedObject("dir/", "e", 1),
+                                 ListedObject("k", "", 1)], ids=["tab", "directory", "no-etag"])
+def test_an_object_that_cannot_be_listed_is_refused_naming_it(bad):
+    with pytest.raises(InvalidSpec, match="cannot be listed|no usable ETag"):
+        write_object_list([bad])
+
+
+def test_a_malformed_line_is_refused_naming_the_file_and_line(tmp_path):
+    path = tmp_path / "list.tsv"
+    path.write_text('a.jpg\t"e"\t1\nb.jpg\t"e"\n')
+    with pytest.raises(InvalidSpec, match="line 2"):
+        read_object_list(str(path))
+
+
+def test_a_list_is_mounted_read_only_by_mount_s3_under_one_directory(tmp_path):
+    objects = write_object_list([ListedObject("n01/x.JPEG", "e", 5)])
+    spec = MountSpec(uri="s3://bkt/data/train/", mount_dir=str(tmp_path / "m"), objects=objects)
+    assert spec.backend == "mount-s3" and spec.data_dir == str(tmp_path / "m" / "train")
+    assert MountSpec(uri="s3://bkt/", mount_dir="/m", objects=objects).data_dir == "/m/bkt"
+    for wrong, message in ((dict(backend="rclone"), "only mount-s3"), (dict(read_only=False), "read-only"),
+                           (dict(objects=str(tmp_path / "none.tsv")), "object list file")):
+        with pytest.raises(InvalidSpec, match=message):
+            MountSpec(uri="s3://bkt/data/", mount_dir="/m", **{"objects": objects, **wrong})
+
+
+def test_mount_s3_gets_the_list_and_its_directory(tmp_path, monkeypatch):
+    objects = write_object_list([ListedObject("x.tar", "e", 5)])
+    monkeypatch.setattr("mountctl.backends.bundled_mount_s3", lambda: "/opt/ours/mount-s3")
+    spec = MountSpec(uri="s3://bkt/shards/", mount_dir="/m", objects=objects)
+    argv = MountS3().command(spec, S3Settings(endpoint_url="http://127.0.0.1:9", region="us-east-1"), str(tmp_path))
+    assert argv[0] == "/opt/ours/mount-s3"  # AWS's mount-s3 has no --manifest: ours, even where AWS's is installed
+    assert argv[argv.index("--manifest") + 1] == objects and argv[argv.index("--manifest-directory") + 1] == "shards"

@@ -72,6 +72,10 @@ def _parser() -> argparse.ArgumentParser:
                    help="once mounted, read files into the cache in the background, ahead of the loader: every "
                         "file (no LIST, or 'all') or those listed in the file LIST, one path per line relative "
                         "to the prefix; needs --cache-dir; only what fits the cache")
+    m.add_argument("--objects", metavar="LIST",
+                   help="serve exactly the objects in the file LIST (one key<TAB>etag<TAB>size line each, keys "
+                        "relative to the prefix): no LIST or HEAD when a file is opened, each read pinned to its ETag; "
+                        "read-only, mountctl's mount-s3; they appear under DIR/<last part of the prefix>/")
     m.add_argument("--memory-mb", type=int, metavar="MIB",
                    help="bound on the mount program's memory, turned into its own buffer flags (at least 64; "
                         "default: the program's defaults)")
@@ -147,6 +151,7 @@ def _mount_spec(args: argparse.Namespace) -> MountSpec:
         cache_dir=args.cache_dir, cache_size_mb=args.cache_size_mb, metadata_ttl_s=args.metadata_ttl,
         endpoint_url=args.endpoint_url, region=args.region, uid=args.uid, gid=args.gid,
         allow_other=args.allow_other, mount_timeout_s=args.timeout, memory_mb=args.memory_mb, warm=args.warm,
+        objects=args.objects,
         extra_args={args.backend: tuple(args.extra_arg)} if args.extra_arg and args.backend != "auto" else {},
     )
     if args.extra_arg and args.backend == "auto":
@@ -177,7 +182,8 @@ def _cmd_mount(args: argparse.Namespace) -> int:
         read_listing(spec.warm or "all")  # a list that cannot be read fails here, not in the supervisor's log
     handle = acquire(spec, pinned=True, watchdog=not args.no_watchdog)
     warming = "; warming its cache in the background" if args.warm else ""
-    print(f"mounted {spec.uri} at {spec.mount_dir} with {handle.backend} (pid {handle.pid}){warming}; "
+    listed = f"; its listed objects are in {spec.data_dir}" if spec.objects else ""
+    print(f"mounted {spec.uri} at {spec.mount_dir} with {handle.backend} (pid {handle.pid}){warming}{listed}; "
           f"unmount with: mountctl unmount {shlex.quote(spec.mount_dir)}")
     return 0
 

@@ -12,6 +12,8 @@ import contextlib
 import errno
 import io
 import os
+import subprocess
+import sys
 
 import pytest
 from own_data_support import write_class_tree
@@ -101,3 +103,18 @@ def test_a_class_tree_trains_from_its_index_with_no_list_or_head_during_the_epoc
     # check before the program starts. Every open of the epoch is answered from the list.
     assert sent["HEAD"] == 0 and sent["LIST"] <= 2, sent
     assert sent["GET"] >= len(keys), sent
+
+
+def test_mountctl_mount_objects_serves_the_list_under_its_directory(store, objects, s3_env, mount_root):
+    directory = str(mount_root / "cli")
+    env = {**os.environ, "AWS_ENDPOINT_URL": store.settings.endpoint_url or ""}
+    done = subprocess.run([sys.executable, "-m", "mountctl", "mount", store.uri, directory, "--objects", objects],
+                          capture_output=True, text=True, timeout=90, env=env)
+    assert done.returncode == 0, done.stderr
+    try:
+        listed = os.path.join(directory, PREFIX.rstrip("/"))
+        assert f"its listed objects are in {listed}" in done.stdout
+        assert sorted(os.listdir(listed)) == store.names
+    finally:
+        subprocess.run([sys.executable, "-m", "mountctl", "unmount", directory], capture_output=True, timeout=60,
+                       env=env, check=True)

@@ -17,6 +17,7 @@ from typing import ClassVar
 from .cache import CachePlan, free_mb, plan_cache
 from .errors import BackendNotFound, InvalidSpec
 from .mounttable import MountEntry
+from .object_list import read_object_list
 from .paths import write_private
 from .programs import bundled_mount_s3, find_program
 from .s3 import S3Settings
@@ -113,6 +114,7 @@ class MountS3(Backend):
         if spec.prefix:
             argv += ["--prefix", spec.prefix]
         if spec.objects:
+            read_object_list(spec.objects)  # a missing or malformed list is named here, not in mount-s3's log
             argv += ["--manifest", spec.objects, "--manifest-directory", os.path.basename(spec.data_dir)]
         if spec.read_only:
             argv.append("--read-only")

@@ -180,6 +180,10 @@ def _cmd_mount(args: argparse.Namespace) -> int:
         from .warm import read_listing
 
         read_listing(spec.warm or "all")  # a list that cannot be read fails here, not in the supervisor's log
+    if spec.objects:
+        from .object_list import read_object_list
+
+        read_object_list(spec.objects)  # likewise for a list of objects
     handle = acquire(spec, pinned=True, watchdog=not args.no_watchdog)
     warming = "; warming its cache in the background" if args.warm else ""
     listed = f"; its listed objects are in {spec.data_dir}" if spec.objects else ""

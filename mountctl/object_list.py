@@ -54,6 +54,9 @@ def write_object_list(objects: Iterable[ListedObject]) -> str:
 def read_object_list(path: str) -> list[ListedObject]:
     """The objects a list names; a malformed line is refused in one message naming it."""
     found = []
+    if not os.path.isfile(path):
+        raise InvalidSpec(f"object list {path} does not exist: write one with mountctl.write_object_list, or give "
+                          "the path of a key<TAB>etag<TAB>size file")
     with open(path, encoding="utf-8") as f:
         for number, line in enumerate(f, 1):
             if not line.strip():

@@ -113,7 +113,7 @@ class MountSpec:
                 object.__setattr__(self, "warm", os.path.abspath(os.path.expanduser(self.warm)))
 
     def _check_objects(self) -> None:
-        if not isinstance(self.objects, str) or not os.path.isfile(self.objects):
+        if not isinstance(self.objects, str) or not self.objects:
             raise InvalidSpec(f"objects must be the path of an object list file, not {self.objects!r}")
         if self.backend not in ("auto", "mount-s3"):
             raise InvalidSpec(f"only mount-s3 mounts a list of objects, not {self.backend}: use backend 'mount-s3' "

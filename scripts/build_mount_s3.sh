@@ -31,7 +31,7 @@ mkdir -p "$cache"
 if [ -x "$target/release/mount-s3" ]; then
   echo "setup: building mount-s3 (the crates are cached in $target; expect under a minute)"
 else
-  echo "setup: building mount-s3 from AWS's Mountpoint crates (expect about 12 min on a fresh 2-core machine, once; cached in $target)"
+  echo "setup: building mount-s3 from AWS's Mountpoint crates (expect about 6 min on a fresh 2-core machine, once; cached in $target)"
 fi
 log=$cache/mount-s3-build.log
 started=$SECONDS

@@ -45,9 +45,16 @@ def test_a_list_is_mounted_read_only_by_mount_s3_under_one_directory(tmp_path):
     assert spec.backend == "mount-s3" and spec.data_dir == str(tmp_path / "m" / "train")
     assert MountSpec(uri="s3://bkt/", mount_dir="/m", objects=objects).data_dir == "/m/bkt"
     for wrong, message in ((dict(backend="rclone"), "only mount-s3"), (dict(read_only=False), "read-only"),
-                           (dict(objects=str(tmp_path / "none.tsv")), "object list file")):
+                           (dict(objects=""), "object list file")):
         with pytest.raises(InvalidSpec, match=message):
             MountSpec(uri="s3://bkt/data/", mount_dir="/m", **{"objects": objects, **wrong})
+
+
+def test_a_missing_list_is_named_before_mount_s3_starts(tmp_path, monkeypatch):
+    monkeypatch.setattr("mountctl.backends.bundled_mount_s3", lambda: "/opt/ours/mount-s3")
+    spec = MountSpec(uri="s3://bkt/shards/", mount_dir="/m", objects=str(tmp_path / "none.tsv"))
+    with pytest.raises(InvalidSpec, match="none.tsv does not exist"):
+        MountS3().command(spec, S3Settings(endpoint_url="http://127.0.0.1:9", region="us-east-1"), str(tmp_path))
 
 
 def test_mount_s3_gets_the_list_and_its_directory(tmp_path, monkeypatch):

@@ -16,14 +16,17 @@ from __future__ import annotations
 
 import contextlib
 import glob
+import hashlib
 import json
 import os
 import secrets
 import signal
 import socket
+import stat
 import string
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -43,6 +46,9 @@ from .redaction import remember_secret
 from .s3 import DEFAULT_REGION, S3Settings
 from .s3 import client as s3_client
 from .teardown import install_signal_handlers
+
+# sun_path holds 108 bytes with its NUL; weed binds its sockets itself, so a longer path fails its start.
+_SOCKET_PATH_MAX = 100
 
 __all__ = ["LocalS3", "LocalS3Status", "DEFAULT_BUCKET", "sweep_stray_server_files", "uri_or_embedded"]
 
@@ -171,6 +177,22 @@ class LocalS3:
 
     def _path(self, name: str) -> str:
         return os.path.join(self.dir, name)
+
+    def _socket(self, name: str) -> str:
+        """Where weed's unix socket ``name`` goes: our private dir, or where that path is too long to bind (a
+        deep $MOUNTCTL_HOME), a private directory of this user's under /tmp named after it."""
+        if len(self._path(name)) <= _SOCKET_PATH_MAX:
+            return self._path(name)
+        digest = hashlib.sha256(self.dir.encode()).hexdigest()[:12]
+        short = os.path.join(tempfile.gettempdir(), f"mountctl-{os.getuid()}-{digest}")
+        try:
+            os.mkdir(short, 0o700)
+        except FileExistsError:
+            info = os.lstat(short)
+            if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or stat.S_IMODE(info.st_mode) != 0o700:
+                raise LocalS3Error(f"{short} (for the embedded S3's sockets) is not a private directory of yours: "
+                                   f"have it removed, or set MOUNTCTL_HOME to a shorter path") from None
+        return os.path.join(short, name)
 
     def _read_json(self, name: str) -> dict[str, Any] | None:
         try:
@@ -391,7 +413,7 @@ class LocalS3:
                 *CLOSING_FLAGS,
                 "-s3.port.iceberg=0", "-s3.port.lance=0",
                 # Keep weed's unix sockets in our private dir instead of /tmp.
-                f"-filer.localSocket={self._path('filer.sock')}", f"-s3.localSocket={self._path('s3.sock')}"]
+                f"-filer.localSocket={self._socket('filer.sock')}", f"-s3.localSocket={self._socket('s3.sock')}"]
         for component, port in ports.items():
             argv += [f"-{component}.port={port}", f"-{component}.port.grpc={port + _GRPC_OFFSET}"]
         env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_") and k != "S3_BUCKET"}
@@ -515,7 +537,7 @@ class LocalS3:
 
     def _remove_sockets(self) -> None:
         """weed leaves unix sockets behind, ours and, for gRPC, in /tmp named by port."""
-        leftovers = [self._path("filer.sock"), self._path("s3.sock")]
+        leftovers = [self._socket("filer.sock"), self._socket("s3.sock")]
         for port in (self._read_json("server.json") or {}).get("ports", {}).values():
             for number in (port, port + _GRPC_OFFSET):
                 leftovers += glob.glob(f"/tmp/seaweedfs-*-{number}.sock")
@@ -524,6 +546,9 @@ class LocalS3:
                 os.unlink(path)
             except FileNotFoundError:
                 pass
+        if os.path.dirname(leftovers[0]) != self.dir:
+            with contextlib.suppress(OSError):
+                os.rmdir(os.path.dirname(leftovers[0]))
 
     def _cap_server_log(self) -> None:
         try:

@@ -10,6 +10,7 @@ import subprocess
 import boto3
 
 from mountctl.local_s3 import LocalS3, sweep_stray_server_files, uri_or_embedded
+from mountctl.s3 import client as s3_client
 
 from conftest import missing, server_files_in_tmp, server_ports
 
@@ -101,3 +102,24 @@ def test_a_given_uri_is_used_as_it_is_and_nothing_starts(tmp_path, monkeypatch):
     with uri_or_embedded("s3://mine/data/", "s3://mountctl/bench/") as uri:
         assert uri == "s3://mine/data/"
     assert not (tmp_path / "home" / "local-s3" / "server.json").exists()
+
+
+def test_a_state_dir_too_deep_for_a_unix_socket_still_serves_and_leaves_nothing(tmp_path):
+    """A socket path over 107 bytes cannot be bound: weed's sockets then go to a private dir of ours in /tmp."""
+    deep = tmp_path / ("d" * 60) / ("e" * 60) / "local-s3"
+    server = LocalS3(str(deep))
+    try:
+        server.weed()
+    except Exception as exc:
+        missing(f"the local S3 server cannot start: {exc}")
+    server.start(buckets=("deep",))
+    try:
+        s3 = s3_client(server.settings())
+        s3.put_object(Bucket="deep", Key="k", Body=b"v")
+        assert s3.get_object(Bucket="deep", Key="k")["Body"].read() == b"v"
+        short = [n for n in os.listdir("/tmp") if n.startswith(f"mountctl-{os.getuid()}-")
+                 and os.path.exists(os.path.join("/tmp", n, "filer.sock"))]
+        assert short and all(os.stat(os.path.join("/tmp", n)).st_mode & 0o077 == 0 for n in short)
+    finally:
+        server.stop()
+    assert not any(os.path.exists(os.path.join("/tmp", n)) for n in short)

@@ -14,6 +14,10 @@ import contextlib
 import io
 import json
 import os
+import signal
+import subprocess
+import sys
+import time
 import uuid
 
 import pytest
@@ -23,7 +27,7 @@ from test_resume import TINY, SampleLogs, kill_resume_audit
 from mountctl.pytorch.cli import main
 
 from conftest import require_fuse
-from torch_support import last_json_line, run_cli
+from torch_support import REPO, RESNET_PY, last_json_line, run_cli
 
 pytestmark = pytest.mark.usefixtures("s3_env")
 
@@ -149,15 +153,62 @@ def test_indexing_resumes_after_an_interruption_reading_only_the_shards_left(s3,
     good = s3.get_object(Bucket=bucket, Key="own/train-000002.tar")["Body"].read()
     s3.put_object(Bucket=bucket, Key="own/train-000002.tar", Body=good[:1500])  # cut mid-member
     out = str(tmp_path / "index.json")
-    failed = run_cli(["index", f"s3://{bucket}/own/", "--no-progress", "--index-out", out])
+    failed = run_cli(["index", f"s3://{bucket}/own/", "--no-progress", "--index-out", out, "--jobs", "1"])
     assert failed.returncode == 1 and "train-000002.tar is truncated" in failed.stderr, failed.stderr
     assert not os.path.exists(out)
     s3.put_object(Bucket=bucket, Key="own/train-000002.tar", Body=good)
     summary = index(f"s3://{bucket}/own/", "--index-out", out)
-    assert summary["reused_from_state"] == 3 and summary["samples"] == 12
+    assert summary["reused_from_state"] == 2 and summary["samples"] == 12  # the two read before the bad one
     s3.upload_file(str(tmp_path / "w" / "train-000000.tar"), bucket, "own/train-000003.tar")  # a new version
     again = index(f"s3://{bucket}/own/", "--index-out", out)  # the earlier index stands in for the state
     assert again["reused_from_state"] == 3 and again["samples"] == 12
+
+
+def test_index_stops_at_the_first_unreadable_shard_without_reading_the_rest(s3, bucket, tmp_path):
+    write_shards(s3, bucket, "own/", str(tmp_path / "w"), shards=30, per_shard=2)
+    good = s3.get_object(Bucket=bucket, Key="own/train-000001.tar")["Body"].read()
+    s3.put_object(Bucket=bucket, Key="own/train-000001.tar", Body=good[:1500])  # cut mid-member, early in the list
+    out = str(tmp_path / "index.json")
+    failed = run_cli(["index", f"s3://{bucket}/own/", "--no-progress", "--index-out", out, "--jobs", "2"])
+    assert failed.returncode == 1 and len(failed.stderr.strip().splitlines()) == 1, failed.stderr
+    assert "train-000001.tar is truncated" in failed.stderr
+    s3.put_object(Bucket=bucket, Key="own/train-000001.tar", Body=good)
+    summary = index(f"s3://{bucket}/own/", "--index-out", out)
+    # Kept: the first shard and at most what the other reader had under way; never the 28 queued behind the error.
+    assert summary["reused_from_state"] <= 3 and summary["shards"] == 30
+
+
+def test_ctrl_c_stops_index_at_once_in_one_line_and_the_rerun_reads_only_the_shards_left(s3, bucket, tmp_path):
+    from mountctl.pytorch.data.indexer import IndexConfig, _state_path
+    from mountctl.pytorch.data.location import parse_data_uri
+
+    uri = f"s3://{bucket}/own/"
+    write_shards(s3, bucket, "own/", str(tmp_path / "w"), shards=40, per_shard=10)
+    state = _state_path(IndexConfig(uri), parse_data_uri(uri))
+    out = str(tmp_path / "index.json")
+    # Ranged header reads: a few requests per sample, so the 40 shards take a while to read.
+    child = subprocess.Popen([sys.executable, RESNET_PY, "index", uri, "--no-progress", "--index-out", out,
+                              "--read", "headers", "--jobs", "2"], cwd=REPO, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (os.path.exists(state) and len(open(state, encoding="utf-8").readlines()) >= 2):
+            assert child.poll() is None and time.monotonic() < deadline, "no shard was indexed"
+            time.sleep(0.01)
+        child.send_signal(signal.SIGINT)
+        _, stderr = child.communicate(timeout=30)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait(timeout=10)
+    assert child.returncode == 130
+    assert len(stderr.strip().splitlines()) == 1 and "interrupted" in stderr and "run the same command" in stderr, \
+        stderr
+    with open(state, encoding="utf-8") as f:
+        kept = len(f.read().splitlines()) - 1
+    assert 1 <= kept < 40 and not os.path.exists(out)
+    summary = index(uri, "--index-out", out)
+    assert summary["reused_from_state"] == kept and summary["shards"] == 40 and summary["samples"] == 400
 
 
 def test_class_tree_trains_map_style_with_imagefolder_labels(s3, bucket, tmp_path):

@@ -261,8 +261,8 @@ def main(argv: list[str] | None = None) -> int:
     except MountctlError as exc:
         print(f"resnet.py {args.command}: error: {_message(exc)}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
-        print(f"resnet.py {args.command}: interrupted", file=sys.stderr)
+    except KeyboardInterrupt as exc:  # a command may say what was kept and how to go on
+        print(f"resnet.py {args.command}: interrupted" + (f"; {exc}" if str(exc) else ""), file=sys.stderr)
         return 130
 
 

@@ -6,8 +6,11 @@ class tree (``<class>/<file>.jpg|jpeg|png|webp``, labelled as torchvision's
 but the LIST.  Shards are each read once, by a bounded pool of readers, each
 holding at most a chunk of its shard (``tarwalk``).  Every shard indexed is
 appended to a state file at once, so an interrupted run resumes where it
-stopped; a shard of an earlier index at the same size and ETag is not read again.  The result is a wids shard index, written beside the data or to
-``--index-out``; nothing else is ever written under the data's prefix.
+stopped.  The first unreadable shard, or Ctrl-C, stops the run at once: no
+queued shard is started, and readers under way stop at their next chunk.  A
+shard of an earlier index at the same size and ETag is not read again.  The
+result is a wids shard index, written beside the data or to ``--index-out``;
+nothing else is ever written under the data's prefix.
 
 A prefix that holds ``manifest.json`` was written by ``make``: indexing it keeps
 today's meaning (``tarindex.index_dataset`` adds the tar index to that manifest).
@@ -15,13 +18,15 @@ today's meaning (``tarindex.index_dataset`` adds the tar index to that manifest)
 
 from __future__ import annotations
 
-import concurrent.futures
+import collections
 import hashlib
 import json
 import os
+import queue
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, TextIO
 
@@ -102,7 +107,9 @@ class _State:
 
     def __init__(self, path: str, header: dict[str, Any]) -> None:
         self.path, self.header, self.lock = path, header, threading.Lock()
+        self.closed = False  # set once the run stops: a reader abandoned at exit must not write half a line
         self.done: dict[str, dict[str, Any]] = {}
+        self.kept = 0  # shards this run appended
         try:
             with open(path, encoding="utf-8") as f:
                 lines = f.read().splitlines()
@@ -142,8 +149,18 @@ class _State:
     def add(self, info: ShardInfo, keys: set[str], label: str) -> None:
         entry = {"name": info.name, "bytes": info.bytes, "etag": info.etag, "samples": info.samples,
                  "members": info.members, "labels": info.labels, "keys": sorted(keys), "label": label}
-        with self.lock, open(self.path, "a", encoding="utf-8") as f:
-            f.write(json.dumps(entry) + "\n")
+        with self.lock:
+            if self.closed:
+                return
+            with open(self.path, "a", encoding="utf-8") as f:
+                f.write(json.dumps(entry) + "\n")
+                self.kept += 1
+
+    def close(self) -> None:
+        """No more writes: what is in the file now is what a rerun skips."""
+        if self.lock.acquire(timeout=_STOP_WAIT_S):  # held only for one line's write
+            self.closed = True
+            self.lock.release()
 
     def remove(self) -> None:
         os.unlink(self.path)
@@ -157,7 +174,7 @@ def _state_path(config: IndexConfig, target: DataTarget) -> str:
 
 
 def _read_shard(client: Any, target: DataTarget, name: str, size: int, etag: str | None, mode: str,
-                rule: LabelRule) -> tuple[tuple[ShardInfo, set[str], str], ShardReader]:
+                rule: LabelRule, stop: threading.Event) -> tuple[tuple[ShardInfo, set[str], str], ShardReader]:
     from botocore.exceptions import ClientError
 
     key = target.prefix.prefix + name
@@ -165,11 +182,11 @@ def _read_shard(client: Any, target: DataTarget, name: str, size: int, etag: str
     pin = {"IfMatch": f'"{etag}"'} if etag else {}
     try:
         if mode == "headers":
-            reader: ShardReader = RangedReader(client, target.prefix.bucket, key, size, pin=pin)
+            reader: ShardReader = RangedReader(_Stoppable(client, stop), target.prefix.bucket, key, size, pin=pin)
             return walk_shard(name, reader, size, rule, etag), reader
         asked = time.monotonic()
         body = client.get_object(Bucket=target.prefix.bucket, Key=key, **pin)["Body"]
-        stream = StreamReader(body, started=asked)
+        stream = StreamReader(_Stoppable(body, stop), started=asked)
         try:
             return walk_shard(name, stream, size, rule, etag), stream
         finally:
@@ -181,6 +198,85 @@ def _read_shard(client: Any, target: DataTarget, name: str, size: int, etag: str
                                "command again once the data is settled (shards already read are kept)") from None
         raise DatasetError(f"reading shard {target.uri}{name} failed ({code or exc}); run the same index command "
                            "again (shards already read are kept)") from None
+
+
+class _Stopped(Exception):
+    """A reader saw the run stopping (another shard failed, or Ctrl-C): its shard is not kept."""
+
+
+class _Stoppable:
+    """A GET's body (``read``) or an S3 client (``get_object``) that first checks the run's stop flag, so a reader
+    under way stops at its next chunk or request instead of reading its whole shard."""
+
+    def __init__(self, inner: Any, stop: threading.Event) -> None:
+        self.inner, self.stop = inner, stop
+
+    def _check(self) -> None:
+        if self.stop.is_set():
+            raise _Stopped
+
+    def read(self, size: int = -1) -> bytes:
+        self._check()
+        return self.inner.read(size)
+
+    def get_object(self, **request: Any) -> Any:
+        self._check()
+        return self.inner.get_object(**request)
+
+
+_STOP_WAIT_S = 5.0  # how long a stopping run waits for readers under way before leaving them behind
+
+
+def _read_all(names: list[str], jobs: int, work: Callable[[str], tuple[Any, ShardReader]],
+              done: Callable[[str, Any, ShardReader], None], stop: threading.Event) -> None:
+    """``work(name)`` on ``jobs`` daemon threads, ``done`` in this thread; the first error stops the rest.
+
+    Not ``ThreadPoolExecutor``: leaving its block waits for every queued shard, and the interpreter joins its
+    threads at exit without a bound.  Here a reader takes the next name only while the run goes on, one under
+    way stops at its next chunk or request, and one stuck in a request is left behind after ``_STOP_WAIT_S``.
+    """
+    queued = collections.deque(names)
+    finished: queue.Queue[tuple[str, Any, BaseException | None]] = queue.Queue()
+
+    def reader() -> None:
+        while not stop.is_set():
+            try:
+                name = queued.popleft()
+            except IndexError:
+                return
+            try:
+                result, shard_reader = work(name)
+            except _Stopped:
+                return
+            except Exception as exc:  # handed to the main thread, which raises it
+                stop.set()
+                finished.put((name, None, exc))
+                return
+            finished.put((name, (result, shard_reader), None))
+
+    threads = [threading.Thread(target=reader, name=f"index-{n}", daemon=True)
+               for n in range(min(max(1, jobs), len(names)))]
+    for thread in threads:
+        thread.start()
+    try:
+        left = len(names)
+        while left:
+            try:  # a bounded wait, so Ctrl-C is seen and a reader that died unseen cannot hang the run
+                name, value, error = finished.get(timeout=1.0)
+            except queue.Empty:
+                if not any(t.is_alive() for t in threads) and finished.empty():
+                    raise DatasetError(f"the index readers stopped with {left} shards unread; run the same "
+                                       "index command again (shards already read are kept)") from None
+                continue
+            if error is not None:
+                raise error
+            done(name, *value)
+            left -= 1
+    finally:
+        stop.set()
+        deadline = time.monotonic() + _STOP_WAIT_S
+        for thread in threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
 
 
 def choose_reader(stream: StreamReader, headers: int, size: int) -> tuple[str, dict[str, float]]:
@@ -212,28 +308,35 @@ def _index_shards(config: IndexConfig, settings: S3Settings, target: DataTarget,
     mode = "stream" if config.read == "auto" else config.read
     started = time.monotonic()
 
-    def one(name: str, how: str) -> ShardReader:
-        result, reader = _read_shard(client, target, name, *shards[name], how, rule)
-        state.add(*result)
-        results[name] = result
-        return reader
+    stop = threading.Event()
 
-    if todo and config.read == "auto":  # the first shard streamed and timed; the rest read the cheaper way
-        name = todo.pop(0)
-        first = one(name, "stream")
-        facts["bytes_read"] += first.bytes_read
-        facts["requests"] += first.requests
-        info = results[name][0]
-        mode, facts["measured"] = choose_reader(first, 2 * info.samples, info.bytes)  # type: ignore[arg-type]
-    facts["read"] = mode
-    with concurrent.futures.ThreadPoolExecutor(max(1, config.jobs), thread_name_prefix="index") as pool:
-        futures = [pool.submit(one, name, mode) for name in todo]
-        for future in concurrent.futures.as_completed(futures):
-            reader = future.result()
-            facts["bytes_read"] += reader.bytes_read
-            facts["requests"] += reader.requests
-            progress.show(f"indexed {len(results):,}/{len(shards):,} shards")
-    progress.show(f"indexed {len(results):,}/{len(shards):,} shards", final=True)
+    def one(name: str, how: str) -> tuple[tuple[ShardInfo, set[str], str], ShardReader]:
+        result, reader = _read_shard(client, target, name, *shards[name], how, rule, stop)
+        state.add(*result)  # kept at once: an error or Ctrl-C later loses nothing already read
+        return result, reader
+
+    def done(name: str, result: tuple[ShardInfo, set[str], str], reader: ShardReader) -> None:
+        results[name] = result
+        facts["bytes_read"] += reader.bytes_read
+        facts["requests"] += reader.requests
+        progress.show(f"indexed {len(results):,}/{len(shards):,} shards")
+
+    try:
+        if todo and config.read == "auto":  # the first shard streamed and timed; the rest read the cheaper way
+            name = todo.pop(0)
+            first = one(name, "stream")
+            done(name, *first)
+            info = results[name][0]
+            mode, facts["measured"] = choose_reader(first[1], 2 * info.samples, info.bytes)  # type: ignore[arg-type]
+        facts["read"] = mode
+        _read_all(todo, config.jobs, lambda name: one(name, mode), done, stop)
+    except KeyboardInterrupt:
+        raise KeyboardInterrupt(f"{facts['reused_from_state'] + state.kept:,} of {len(shards):,} shards are indexed "
+                                "and kept; run the same command again to read only the rest") from None
+    finally:
+        stop.set()
+        state.close()
+        progress.show(f"indexed {len(results):,}/{len(shards):,} shards", final=True)
     facts["seconds"] = round(time.monotonic() - started, 3)
     return {"results": results, **facts}
 

@@ -6,6 +6,7 @@ import fcntl
 import json
 import os
 import secrets
+import stat
 import time
 from typing import Any
 
@@ -21,11 +22,18 @@ def home() -> str:
 
 
 def private_dir(*parts: str) -> str:
-    """A directory only this user can enter, created on first use (its parents too, each 0700)."""
+    """A directory only this user can enter, created on first use (its parents too, each 0700).
+
+    One that exists and belongs to someone else (made first by another user, or a link to theirs) is refused:
+    as root a chmod would succeed on it silently, and our records would live where they can change them."""
     path = home()
     for part in ("", *parts):
         path = os.path.join(path, part) if part else path
         os.makedirs(path, mode=0o700, exist_ok=True)
+        info = os.stat(path)  # a link to a directory of one's own is fine; to another's is not
+        if info.st_uid != os.geteuid() or not stat.S_ISDIR(info.st_mode):
+            raise RegistryError(f"{path} is not a directory of yours (owner uid {info.st_uid}): another user may have "
+                                "made it first; have it removed, or set MOUNTCTL_HOME to a directory of yours")
         os.chmod(path, 0o700)
     return path
 

@@ -11,6 +11,11 @@ settings=${MOUNTCTL_SLURM_ENV:-/etc/mountctl/slurm.env}
 [ -r "$settings" ] && . "$settings"
 home="${MOUNTCTL_LOCAL_DIR:-/tmp}/mountctl-${SLURM_JOB_UID:?}-${SLURMD_NODENAME:-$(hostname -s)}"
 [ -d "$home" ] || exit 0  # this user never mounted on this node
+# Only a real directory of the job's user (train.sbatch makes it so): one another user made first is left alone.
+if [ -L "$home" ] || [ "$(stat -c %u "$home")" != "$SLURM_JOB_UID" ]; then
+    echo "mountctl epilog: $home is not a directory of user $SLURM_JOB_UID; left alone" >&2
+    exit 0
+fi
 as_user=()
 [ "$(id -u)" = "$SLURM_JOB_UID" ] || as_user=(runuser -u "${SLURM_JOB_USER:?}" --)
 # Bounded: an epilog that hangs drains the node. A failed cleanup is logged, never fatal to the node.

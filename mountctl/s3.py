@@ -303,6 +303,12 @@ def refresh_credentials(settings: S3Settings) -> S3Settings:
     return dataclasses.replace(settings, access_key_id=key, secret_access_key=secret, session_token=token)
 
 
+# An error code or status as a word of its own: ``403`` in ``StatusCode: 403,`` or ``Forbidden: 403 ...``, never
+# inside a name such as ``shard-403.tar``, ``s3://b/403/x`` or ``AccessDenied.tar`` (a dot is allowed after it only
+# where it ends the sentence).
+_AUTH_IN_TEXT = re.compile(r"(?<![\w./-])(?:" + "|".join(sorted(AUTH_ERROR_CODES)) + r")(?![\w/-]|\.[\w-])")
+
+
 def is_auth_error(exc: BaseException) -> bool:
     """True when S3 refused the request's credentials (revoked, expired, wrong), however the library says so."""
     response = getattr(exc, "response", None)
@@ -312,9 +318,7 @@ def is_auth_error(exc: BaseException) -> bool:
         return code in AUTH_ERROR_CODES or status == 403
     if isinstance(exc, PermissionError):  # s3fs turns S3's 403 into PermissionError
         return True
-    text = str(exc)
-    return any(code in text for code in AUTH_ERROR_CODES if code not in ("403", "Forbidden")) \
-        or bool(re.search(r"\b403\b|Forbidden", text))
+    return bool(_AUTH_IN_TEXT.search(str(exc)))
 
 
 def _from_botocore(profile: str | None, *, skip_environment: bool = False

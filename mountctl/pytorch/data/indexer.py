@@ -40,6 +40,7 @@ from mountctl.pytorch.data.manifest import (
     Manifest,
     ShardInfo,
     from_json_text,
+    written_by_mountctl,
 )
 from mountctl.pytorch.data.tarwalk import LabelRule, RangedReader, ShardReader, StreamReader, walk_shard
 from mountctl.pytorch.errors import DatasetError, NoShards
@@ -365,16 +366,16 @@ def index_data(config: IndexConfig, settings: S3Settings, *, progress: TextIO | 
     client = s3.short_client(settings)
     shown = _Progress(progress)
     listed = _list(client, target, shown)
-    if MANIFEST_NAME in listed and config.index_out is None:
+    if MANIFEST_NAME in listed and config.index_out is None and _made_here(settings, target):
         return index_dataset(settings, target.uri)  # written by make: its manifest gains the tar index
     output = IndexLocation.parse(config.index_out) if config.index_out else IndexLocation.beside(target.prefix)
+    previous = _previous(settings, output, config)  # before any shard is read: it refuses a file of the user's
     wanted = set(target.names) if target.names is not None else None
     shards = {n: v for n, v in listed.items() if "/" not in n and n.endswith(".tar") and (wanted is None or n in wanted)}
     started = time.monotonic()
     facts: dict[str, Any] = {}
     if shards:
         state = _State(_state_path(config, target), {"data": target.uri, "label_field": config.label_field})
-        previous = _previous(settings, output, config)
         if previous is not None:
             state.adopt(previous)
         facts = _index_shards(config, settings, target, shards, state, shown)
@@ -399,11 +400,22 @@ def index_data(config: IndexConfig, settings: S3Settings, *, progress: TextIO | 
             **({"bytes_read_per_shard": round(facts["bytes_read"] / len(shards))} if shards else {})}
 
 
+def _made_here(settings: S3Settings, target: DataTarget) -> bool:
+    """Whether the prefix's ``manifest.json`` is make's (it gains the tar index) or the user's own (left alone)."""
+    body = IndexLocation(target.prefix, target.prefix.prefix + MANIFEST_NAME).read(settings)
+    return body is not None and written_by_mountctl(body)
+
+
 def _previous(settings: S3Settings, output: IndexLocation, config: IndexConfig) -> Manifest | None:
-    """The index already at ``output``, if it was built with the same label rule; anything else is rebuilt."""
+    """The index already at ``output``, if it was built with the same label rule; another of ours is rebuilt,
+    and a file that mountctl did not write (another tool's wids index) is refused: it is the user's."""
     body = output.read(settings)
     if body is None:
         return None
+    if not written_by_mountctl(body):
+        raise DatasetError(f"{output} exists and was not written by mountctl (another tool's index, or a file of "
+                           "yours): it is left alone; write the index elsewhere with --index-out PATH or "
+                           "--index-out s3://BUCKET/PREFIX/, then train with --index")
     try:
         manifest, _ = from_json_text(body, str(output))
     except DatasetError:

@@ -31,8 +31,8 @@ from mountctl.pytorch.errors import DatasetError, NoShards, TruncatedShard, rema
 from mountctl.s3 import check_bucket_access, short_client
 
 __all__ = ["ShardInfo", "FileInfo", "Manifest", "MANIFEST_NAME", "INDEX_NAME", "FORMAT", "FILES_FORMAT",
-           "WIDS_KIND", "IMAGE_KEYS", "LABEL_KEYS", "load_manifest", "load_dataset_description", "LoadedDataset", "save_manifest", "check_shards_present", "Member", "from_json_text",
-           "index_hint"]
+           "WIDS_KIND", "IMAGE_KEYS", "LABEL_KEYS", "load_manifest", "load_dataset_description", "LoadedDataset",
+           "save_manifest", "check_shards_present", "Member", "from_json_text", "index_hint", "written_by_mountctl"]
 
 MANIFEST_NAME = "manifest.json"
 FORMAT = "mountctl-webdataset/1"
@@ -48,6 +48,23 @@ Member = tuple[int, int, int, int, int | None]
 def index_hint(uri: str) -> str:
     """The fix for a user's data whose index is missing or stale: never ``make``, which would write into it."""
     return f"index it with `python resnet.py index {uri or 'URI'}` (add --index-out PATH if the prefix is read-only)"
+
+
+def written_by_mountctl(body: bytes) -> bool:
+    """A ``manifest.json`` that ``make`` wrote or an index that ``index`` wrote: a file mountctl may rewrite.
+
+    Anything else under a name of ours (a user's own ``manifest.json``, a wids index from ``widsindex``) is the
+    user's, and never overwritten.
+    """
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return False
+    if not isinstance(data, dict):
+        return False
+    if data.get("__kind__") == WIDS_KIND:
+        return isinstance(data.get("mountctl"), dict)
+    return data.get("format") in (FORMAT, FILES_FORMAT)
 
 
 def _fields_of(record: Any, leave: tuple[str, ...] = ()) -> dict[str, Any]:
@@ -239,7 +256,10 @@ def from_json_text(text: str | bytes, where: str) -> tuple[Manifest, str]:
             return Manifest.from_wids(data)
         return Manifest.from_dict(data), ""
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise DatasetError(f"{where} is not a valid manifest or wids index ({exc}); rebuild it") from None
+        fix = ("rebuild it" if written_by_mountctl(text if isinstance(text, bytes) else text.encode()) else
+               "it is not one mountctl wrote: index the data with `python resnet.py index URI --index-out PATH` "
+               "and train with --index PATH")
+        raise DatasetError(f"{where} is not a valid manifest or wids index ({exc}); {fix}") from None
 
 
 def load_manifest(settings: S3Settings, uri: str) -> Manifest:
@@ -313,13 +333,17 @@ class LoadedDataset:
         check_shards_present(settings, self.uri, self.manifest, exhaustive=not self.selection)
 
 
-def _nothing_found(settings: S3Settings, target: DataTarget) -> NoShards:
+def _nothing_found(settings: S3Settings, target: DataTarget, users_manifest: bool = False) -> NoShards:
     client = short_client(settings)
     listed = list_objects(client, target.prefix.bucket, target.prefix.prefix)
     anything = listed or client.list_objects_v2(Bucket=target.prefix.bucket, Prefix=target.prefix.prefix,
                                                 MaxKeys=1).get("KeyCount", 0)
     tars = [n for n in listed if n.endswith(".tar")]
     uri = target.uri
+    if users_manifest:  # never "rebuild it": the file is the user's, and index leaves it alone
+        return NoShards(f"{uri} holds {len(tars)} .tar shards and a {MANIFEST_NAME} that mountctl did not write "
+                        f"(it is left alone) but no {INDEX_NAME}; {index_hint(uri)}, then train again (with "
+                        "--index PATH where the index went elsewhere)")
     if tars:
         return NoShards(f"{uri} holds {len(tars)} .tar shards but no index ({MANIFEST_NAME} or {INDEX_NAME}), "
                         f"so training cannot account for its samples; {index_hint(uri)}, then train again "
@@ -341,17 +365,28 @@ def load_dataset_description(settings: S3Settings, uri: str, index: str | None =
     except BucketNotFound:
         raise NoShards(f"no dataset at {uri}: bucket {target.prefix.bucket!r} does not exist at "
                        f"{settings.endpoint_url or 'AWS S3'}") from None
-    candidates = ([IndexLocation.parse(index)] if index else
-                  [IndexLocation(target.prefix, target.prefix.prefix + MANIFEST_NAME), IndexLocation.beside(target.prefix)])
-    for location in candidates:
+    if index:
+        location = IndexLocation.parse(index)
         body = location.read(settings)
-        if body is not None:
-            break
-    else:
-        if index:
+        if body is None:
             raise NoShards(f"no index at {index}; {index_hint(target.uri)}")
-        raise _nothing_found(settings, target)
+    else:
+        # make's manifest.json first; a manifest.json of the user's own is theirs, not a description of ours.
+        location = IndexLocation(target.prefix, target.prefix.prefix + MANIFEST_NAME)
+        body = location.read(settings)
+        users_manifest = body is not None and not written_by_mountctl(body)
+        if body is None or users_manifest:
+            location = IndexLocation.beside(target.prefix)
+            body = location.read(settings)
+        if body is None:
+            raise _nothing_found(settings, target, users_manifest)
     manifest, base = from_json_text(body, str(location))
+    if manifest.num_classes <= 0:  # only a wids index another tool wrote says nothing of the labels
+        how = (f"`python resnet.py index {target.uri}`" if index else
+               f"`python resnet.py index {target.uri} --index-out PATH` (it leaves this file alone)")
+        raise DatasetError(f"the index {location} does not say the data's number of classes: another tool "
+                           f"(such as webdataset's widsindex) wrote it with shard sizes and counts only; index the "
+                           f"data with {how} and train with --index PATH")
     if base and base != target.uri:
         raise DatasetError(f"the index {location} describes shards under {base}, not {target.uri}: train on "
                            f"{base}, or index {target.uri}")

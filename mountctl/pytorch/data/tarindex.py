@@ -16,7 +16,15 @@ from dataclasses import replace
 from typing import Any, BinaryIO
 
 from mountctl import S3Settings, parse_s3_uri, s3
-from mountctl.pytorch.data.manifest import IMAGE_KEYS, MANIFEST_NAME, Member, load_manifest, save_manifest
+from mountctl.pytorch.data.location import IndexLocation
+from mountctl.pytorch.data.manifest import (
+    IMAGE_KEYS,
+    MANIFEST_NAME,
+    Member,
+    from_json_text,
+    save_manifest,
+    written_by_mountctl,
+)
 from mountctl.pytorch.data.tarsamples import SampleGroups, image_key
 from mountctl.pytorch.errors import DatasetError, TruncatedShard, remake_hint
 
@@ -85,10 +93,15 @@ def index_dataset(settings: S3Settings, uri: str) -> IndexResult:
 
     Each shard must still match the manifest (size and SHA-256); the shards are not rewritten.
     """
-    manifest = load_manifest(settings, uri)
+    location = parse_s3_uri(uri)
+    body = IndexLocation(location, location.prefix + MANIFEST_NAME).read(settings)
+    if body is None or not written_by_mountctl(body):  # a manifest.json of the user's own is never rewritten
+        raise DatasetError(f"{uri}{MANIFEST_NAME} is {'missing' if body is None else 'not one make wrote'}: only "
+                           f"make's manifest gains a tar index here; index the data with `python resnet.py index "
+                           f"{uri}` instead")
+    manifest, _ = from_json_text(body, uri + MANIFEST_NAME)
     if manifest.layout != "shards":
         raise DatasetError(f"{uri} holds one object per sample (files layout): it needs no tar index")
-    location = parse_s3_uri(uri)
     client = s3.client(settings, read_timeout=120)
     shards = []
     for shard in manifest.shards:

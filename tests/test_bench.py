@@ -44,6 +44,7 @@ def test_every_loader_cell_is_measured_against_the_limits_of_the_same_run(sweep)
     config, result, _ = sweep
     sources = [LOCAL] + [label for label, _, _ in source_plan(config)]
     assert any(label.startswith("mountpoint/") for label in sources), "no mount program was benchmarked"
+    assert {"mountpoint/mount-s3", "mountpoint/mount-s3+index"} <= set(sources)  # built by setup: never skipped
     expected = {(st, d.label, w, s, e) for st in STORES for d in config.datasets for w in config.num_workers
                 for s in sources for e in EPOCHS}
     loaders = cells(result, "loader", status=None)
@@ -136,7 +137,7 @@ def test_checkpoint_cells_save_and_load_every_route_verified_against_local_disk(
     done = cells(result, "checkpoint")
     routes = {c["route"] for c in done}
     assert {"local-disk", "s3io", "fsspec", "dcp-s3"} <= routes
-    assert {f"mountpoint/{b}" for b in ("rclone", "s3fs")} <= routes
+    assert {f"mountpoint/{b}" for b in ("mount-s3", "rclone", "s3fs")} <= routes
     for row in done:
         assert row["op"] in ("save", "load") and row["mb_per_s"] > 0 and row["size_mb"] > 0
         assert row["verified"] is True and row["ratio_to_local_disk"] is not None

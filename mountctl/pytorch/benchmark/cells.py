@@ -16,10 +16,29 @@ from typing import Any
 from mountctl import S3Settings
 from mountctl.pytorch.benchmark.monitor import ResourceMonitor
 from mountctl.pytorch.data.dataset import BATCH_TIMEOUT_S  # a wedged source fails the cell, never hangs it
-from mountctl.pytorch.data.manifest import Manifest
+from mountctl.pytorch.data.index_mount import object_list_for
+from mountctl.pytorch.data.manifest import Manifest, load_manifest
 from mountctl.pytorch.training.rates import epoch_figures
 
-__all__ = ["loader_cell", "first_sample_cell", "train_cell", "ceiling_cell", "BATCH_TIMEOUT_S"]
+# A route that mounts exactly the objects of the dataset's index (mount-s3's manifest mount, ``--from-index``).
+INDEX_ROUTE = "+index"
+
+
+def route_backend(backend: str) -> tuple[str, bool]:
+    """(mount program, whether it mounts from the index) of a plan's backend (``mount-s3+index``)."""
+    return backend.removesuffix(INDEX_ROUTE), backend.endswith(INDEX_ROUTE)
+
+
+def route_options(uri: str, settings: S3Settings, backend: str) -> dict[str, Any]:
+    """``open_source``'s options for a plan's backend: the program, and for an index route the object list."""
+    program, from_index = route_backend(backend)
+    options: dict[str, Any] = {"backend": program}
+    if from_index:
+        options["objects"] = object_list_for(load_manifest(settings, uri), settings, uri)
+    return options
+
+__all__ = ["loader_cell", "first_sample_cell", "train_cell", "ceiling_cell", "BATCH_TIMEOUT_S", "INDEX_ROUTE", "route_backend",
+           "route_options"]
 
 
 
@@ -94,7 +113,9 @@ def train_cell(uri: str, settings: S3Settings, *, kind: str, backend: str, batch
     from mountctl.pytorch.training.trainer import TrainConfig, train
 
     _quiet_lightning()
-    config = TrainConfig(uri=uri, source_kind=kind, backend=backend, batch_size=batch_size, max_epochs=epochs,
+    program, from_index = route_backend(backend)
+    config = TrainConfig(uri=uri, source_kind=kind, backend=program, from_index=from_index, batch_size=batch_size,
+                         max_epochs=epochs,
                          num_workers=num_workers, precision=precision, accelerator=accelerator, devices="1",
                          warmup_batches=warmup_steps, progress=False, seed=seed, decode=decode)
     with ResourceMonitor(program_pid) as monitor:

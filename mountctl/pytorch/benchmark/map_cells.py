@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from mountctl import MountctlError, S3Settings, parse_s3_uri, s3
+from mountctl.pytorch.benchmark.cells import route_options
 from mountctl.pytorch.benchmark.monitor import ResourceMonitor
 from mountctl.pytorch.data.dataset import BATCH_TIMEOUT_S
 from mountctl.pytorch.data.manifest import Manifest, load_manifest
@@ -83,7 +84,7 @@ def _source(kind: str, uri: str, settings: S3Settings, backend: str, local: Any)
     if kind == LOCAL:
         yield local
         return
-    with open_source(kind, uri, settings, backend=backend) as source:
+    with open_source(kind, uri, settings, **route_options(uri, settings, backend)) as source:
         yield source
 
 

@@ -26,7 +26,14 @@ from typing import Any
 
 from mountctl import MountctlError, S3Settings, installed_backends, resolve
 from mountctl.pytorch.benchmark.bytes_path import bytes_cell, bytes_routes, cache_note, opened_route, random_cell
-from mountctl.pytorch.benchmark.cells import ceiling_cell, first_sample_cell, loader_cell, train_cell
+from mountctl.pytorch.benchmark.cells import (
+    INDEX_ROUTE,
+    ceiling_cell,
+    first_sample_cell,
+    loader_cell,
+    route_options,
+    train_cell,
+)
 from mountctl.pytorch.benchmark.checkpoint_cells import (
     add_checkpoint_ratios,
     checkpoint_cell_count,
@@ -53,12 +60,15 @@ EPOCHS = (1, 2)  # every cell that reads the dataset reads it twice: epoch 2 is 
 
 
 def source_plan(config: SweepConfig) -> list[tuple[str, str, str]]:
-    """(label, kind, backend) of every S3 source: mountpoint once per installed mount program."""
+    """(label, kind, backend) of every S3 source: mountpoint once per installed mount program, and mount-s3
+    once more mounted from the index (``mount-s3+index``)."""
     backends = config.backends or installed_backends()
     plan = []
     for kind in config.loader_kinds:
         if kind == "mountpoint":
             plan += [(f"mountpoint/{b}", kind, b) for b in backends]
+            if "mount-s3" in backends:
+                plan.append((f"mountpoint/mount-s3{INDEX_ROUTE}", kind, f"mount-s3{INDEX_ROUTE}"))
         else:
             plan.append((kind, kind, "auto"))
     return plan
@@ -81,7 +91,7 @@ def _opened(kind: str, uri: str, settings: S3Settings, backend: str, local: Loca
         yield local, 0.0
         return
     started = time.perf_counter()
-    with open_source(kind, uri, settings, backend=backend) as source:
+    with open_source(kind, uri, settings, **route_options(uri, settings, backend)) as source:
         yield source, time.perf_counter() - started
 
 
@@ -209,7 +219,7 @@ def _train_cells(run: _Run, manifest: Manifest, uri: str) -> None:
     for label, kind, backend in source_plan(config):
         def measure(kind: str = kind, backend: str = backend) -> list[dict[str, Any]]:
             # Hold the (shared) mount here too, so that its daemon's CPU and memory can be watched.
-            with open_source(kind, uri, settings, backend=backend) as source:
+            with open_source(kind, uri, settings, **route_options(uri, settings, backend)) as source:
                 return train_cell(uri, settings, kind=kind, backend=backend, batch_size=config.train_batch_size,
                                   num_workers=config.train_workers, warmup_steps=config.train_warmup_steps,
                                   accelerator=config.accelerator, precision=config.train_precision,

@@ -14,6 +14,8 @@ from mountctl import S3Settings, VersionPin, parse_s3_uri
 from mountctl.pytorch.data.sources.pins import shard_pins
 from mountctl.pytorch.data.sources.reader_state import PerProcessState
 from mountctl.pytorch.data.sources.refreshing import Credentials, RefreshingStream, buffered
+from mountctl.pytorch.errors import reindex_hint
+from mountctl.s3 import is_precondition_failed
 
 __all__ = ["FsspecSource", "fsspec_source", "FsspecReader", "close_filesystem", "pin_file"]
 
@@ -67,6 +69,8 @@ class FsspecReader(PerProcessState):
 
     paths: tuple[str, ...]  # bucket/prefix/name
     settings: S3Settings
+    etags: tuple[str | None, ...] | None = None  # the index's, by object: sent as If-Match on every GET
+    dataset_uri: str = ""  # s3://bucket/prefix/: what the refusal says to re-index
 
     def __post_init__(self) -> None:
         self._credentials = Credentials(self.settings, "fsspec")
@@ -78,8 +82,12 @@ class FsspecReader(PerProcessState):
             # A DataLoader worker ends through multiprocessing, which runs these finalizers (not atexit).
             multiprocessing.util.Finalize(self, self._credentials.close, exitpriority=10)
 
+        etag = self.etags[j] if self.etags is not None else None
+
         def once() -> bytes:
             filesystem = self._credentials.client("fs", _filesystem, close_filesystem)
+            if etag is not None:
+                return _get_if_match(filesystem, self.paths[j], etag, offset, length, self.dataset_uri)
             if offset is None or length is None:
                 return bytes(filesystem.cat_file(self.paths[j]))
             return bytes(filesystem.cat_file(self.paths[j], start=offset, end=offset + length))
@@ -89,6 +97,33 @@ class FsspecReader(PerProcessState):
     def close(self) -> None:
         if self._pid == os.getpid():
             self._credentials.close()
+
+
+def _get_if_match(filesystem: Any, path: str, etag: str, offset: int | None, length: int | None,
+                  dataset_uri: str) -> bytes:
+    """One GET (ranged for ``offset``) of the version the index names: ``cat_file`` takes no If-Match, so the
+    request goes through s3fs's own ``_call_s3`` (its retries and error translation) with one added."""
+    from fsspec.asyn import sync
+
+    if length == 0:
+        return b""
+    bucket, _, key = path.partition("/")
+    ranged = {} if offset is None or length is None else {"Range": f"bytes={offset}-{offset + max(0, length - 1)}"}
+    pin = VersionPin("s3://" + path, etag, remedy=reindex_hint(dataset_uri))
+
+    async def get() -> bytes:
+        response = await filesystem._call_s3("get_object", Bucket=bucket, Key=key, IfMatch=pin.if_match, **ranged)
+        try:
+            return bytes(await response["Body"].read())
+        finally:
+            response["Body"].close()
+
+    try:
+        return bytes(sync(filesystem.loop, get))
+    except Exception as exc:
+        if is_precondition_failed(exc):
+            raise pin.changed() from None
+        raise
 
 
 def pin_file(f: Any, pin: VersionPin) -> None:
@@ -154,7 +189,8 @@ class FsspecSource:
 
     def map_reader(self, names: Sequence[str], *, ranged: bool = False,
                    etags: Sequence[str | None] | None = None) -> FsspecReader:
-        return FsspecReader(tuple(self.path + name for name in names), self.settings)
+        return FsspecReader(tuple(self.path + name for name in names), self.settings,
+                            None if etags is None else tuple(etags), "s3://" + self.path)
 
 
 @contextlib.contextmanager

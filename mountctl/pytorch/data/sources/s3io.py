@@ -12,6 +12,7 @@ from mountctl import S3Settings, VersionPin, parse_s3_uri, s3
 from mountctl.pytorch.data.sources.pins import shard_pins
 from mountctl.pytorch.data.sources.reader_state import PerProcessState
 from mountctl.pytorch.data.sources.refreshing import Credentials, RefreshingStream, buffered
+from mountctl.pytorch.errors import reindex_hint
 
 __all__ = ["S3IOSource", "s3io_source", "S3MapReader"]
 
@@ -27,6 +28,8 @@ class S3MapReader(PerProcessState):
     uris: tuple[str, ...]
     settings: S3Settings
     ranged: bool = False
+    etags: tuple[str | None, ...] | None = None  # the index's, by object: a read of another version is refused
+    dataset_uri: str = ""  # s3://bucket/prefix/: what the refusal says to re-index
 
     def __post_init__(self) -> None:
         self._credentials = Credentials(self.settings, "s3io")
@@ -48,7 +51,23 @@ class S3MapReader(PerProcessState):
             finally:
                 reader.close()
 
-        return self._credentials.call(self.uris[j], once)
+        data = self._credentials.call(self.uris[j], once)
+        if self.etags is not None and self.etags[j] is not None:
+            self._check_version(j)
+        return data
+
+    def _check_version(self, j: int) -> None:
+        """One HEAD after the GET: the connector's GET takes no If-Match and does not say which ETag it read.
+
+        Asked after the bytes arrived, so a version replaced before or during the read is seen (an index
+        built with ``--read headers`` has no CRC that would catch it).
+        """
+        bucket, _, key = self.uris[j][len("s3://"):].partition("/")
+        pin = VersionPin(self.uris[j], self.etags[j] if self.etags else None, remedy=reindex_hint(self.dataset_uri),
+                         etag_now=lambda: s3.object_etag_now(self._credentials.client("head", s3.short_client),
+                                                             bucket, key))
+        if not self._credentials.call(self.uris[j], pin.verify):
+            raise FileNotFoundError(f"{pin.uri} was deleted while it was being read; {pin.remedy}")
 
 
 def _map_dataset(uris: Sequence[str], settings: S3Settings, ranged: bool) -> Any:
@@ -107,7 +126,8 @@ class S3IOSource:
 
     def map_reader(self, names: Sequence[str], *, ranged: bool = False,
                    etags: Sequence[str | None] | None = None) -> S3MapReader:
-        return S3MapReader(tuple(self.uri + name for name in names), self.settings, ranged)
+        return S3MapReader(tuple(self.uri + name for name in names), self.settings, ranged,
+                           None if etags is None else tuple(etags), self.uri)
 
 
 @contextlib.contextmanager

@@ -103,7 +103,7 @@ def _get_if_match(filesystem: Any, path: str, etag: str, offset: int | None, len
                   dataset_uri: str) -> bytes:
     """One GET (ranged for ``offset``) of the version the index names: ``cat_file`` takes no If-Match, so the
     request goes through s3fs's own ``_call_s3`` (its retries and error translation) with one added."""
-    from fsspec.asyn import sync
+    from s3fs.core import sync  # fsspec's, as s3fs uses it
 
     if length == 0:
         return b""

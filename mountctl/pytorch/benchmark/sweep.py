@@ -40,7 +40,7 @@ from mountctl.pytorch.benchmark.checkpoint_cells import (
     run_checkpoint_cells,
 )
 from mountctl.pytorch.benchmark.config import QUICK_EXPECTED, DatasetSpec, SweepConfig
-from mountctl.pytorch.benchmark.facts import machine_facts, versions
+from mountctl.pytorch.benchmark.facts import machine_facts, run_facts, versions
 from mountctl.pytorch.benchmark.limits import LocalDiskSource, copy_shards, raw_get
 from mountctl.pytorch.benchmark.map_cells import add_map_ratios, map_cell_count, map_cells
 from mountctl.pytorch.benchmark.monitor import ResourceMonitor
@@ -321,7 +321,7 @@ def run_sweep(config: SweepConfig, *, settings: S3Settings | None = None) -> dic
     result: dict[str, Any] = {"started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                               "config": {k: v for k, v in config.__dict__.items()}, "machine": machine_facts(),
                               "versions": versions(), "endpoint": settings.endpoint_url or "AWS S3",
-                              "stores": {store: {} for store in stores}}
+                              "stores": {store: {} for store in stores}, "run": run_facts()}
     if loaders and config.peers:
         check_peers_installed(config.peers)  # before anything is measured: a missing peer is a setup error
     # Made once, through the endpoint itself; every store reads the same bytes.

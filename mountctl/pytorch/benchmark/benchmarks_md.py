@@ -1,0 +1,256 @@
+"""BENCHMARKS.md from the bench's own report files: one section per suite, the current figures and nothing older.
+
+Each section takes the newest run (of those given) that measured it, and says that run's command, commit,
+machine, date and load average at start and end, as the run recorded them (``facts.py``); its tables come from
+``report.py``'s builders over the run's JSON, so no number is typed, and its pictures are drawn by the bench's
+own chart code into ``docs/figures/``.  A suite with no run given reads "not run in this report".
+
+The page is written twice, with the same text and links rebased: ``BENCHMARKS.md`` at the top and
+``docs/benchmark-figures.md`` for the documentation site (a relative link cannot reach ``docs/figures/`` from
+both places, so the documentation page is a copy, not a link to the top one).
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import shlex
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from mountctl import InvalidSpec
+from mountctl.pytorch.benchmark.node_scale import node_table
+from mountctl.pytorch.benchmark.report import chart, mlperf_header, mlperf_sections, sections, table
+
+__all__ = ["Run", "find_runs", "render", "write_pages", "PAGES", "FIGURES", "REGENERATE"]
+
+PAGES = ("BENCHMARKS.md", "docs/benchmark-figures.md")
+FIGURES = "docs/figures"
+NOT_RUN = "Not run in this report."
+# What the lead runs, alone on a quiet machine, to regenerate the page (shown at its top; docs test checks them).
+REGENERATE = (
+    ".venv/bin/python resnet.py bench --out bench-results/all",
+    ".venv/bin/python resnet.py bench --suite node --out bench-results/node",
+    ".venv/bin/python resnet.py bench --suite mlperf --out bench-results/mlperf",
+    ".venv/bin/python scripts/benchmarks_md.py bench-results/all bench-results/node bench-results/mlperf",
+)
+_KINDS = {"bench-*.json": "sweep", "mlperf-*.json": "mlperf", "node-scale.json": "node"}
+
+
+@dataclass(frozen=True)
+class Run:
+    """One report file the bench wrote: which suite (sweep, mlperf, node), where, and what it holds."""
+
+    kind: str
+    path: str
+    result: dict[str, Any] = field(repr=False)
+
+    @property
+    def started(self) -> str:
+        return str(self.result.get("started") or "")
+
+    def has(self, *cells: str) -> bool:
+        return any(c.get("cell") in cells for c in self.result.get("cells", []))
+
+
+def find_runs(dirs: list[str]) -> list[Run]:
+    """Every report JSON directly under each of ``dirs`` (``--out`` of a bench run)."""
+    runs = []
+    for folder in dirs:
+        if not os.path.isdir(folder):
+            raise InvalidSpec(f"{folder}: no such directory: give the --out directory of a `resnet.py bench` run")
+        found = [(kind, path) for pattern, kind in _KINDS.items()
+                 for path in sorted(glob.glob(os.path.join(folder, pattern)))]
+        if not found:
+            raise InvalidSpec(f"{folder} holds no bench report (bench-*.json, mlperf-*.json or node-scale.json): "
+                              "give the --out directory of a `resnet.py bench` run")
+        for kind, path in found:
+            with open(path, encoding="utf-8") as f:
+                runs.append(Run(kind, path, json.load(f)))
+    return runs
+
+
+def _newest(runs: list[Run], kind: str, wanted: Callable[[Run], bool]) -> Run | None:
+    chosen = [run for run in runs if run.kind == kind and wanted(run)]
+    return max(chosen, key=lambda run: run.started) if chosen else None
+
+
+def _facts(run: Run) -> str:
+    """The run's command, commit, machine, date and load, as it recorded them ("not recorded" where it did not)."""
+    result, machine = run.result, run.result.get("machine") or {}
+    about = result.get("run") or {}
+    argv = about.get("argv") or []
+    command = (f"`python {shlex.join(argv)}`" if argv[:1] == ["resnet.py"] else f"`{shlex.join(argv)}`"
+               ) if argv else "not recorded"
+    commit = about.get("commit")
+    commit_text = (f"`{commit[:12]}`" + (" with uncommitted changes" if about.get("dirty") else "")
+                   if commit else "not recorded")
+    cpu = (f"{machine['cpu_count']} x {machine['cpu_model']}, {machine['memory_gb']} GB memory, "
+           f"GPU: {machine.get('gpu') or 'none'}" if "cpu_model" in machine else "not recorded")
+
+    def load(key: str) -> str:
+        value = machine.get(key)
+        return " ".join(str(x) for x in value) if value else "not recorded"
+
+    seconds = f"; {result['seconds']} s in all" if result.get("seconds") is not None else ""
+    return "\n".join([
+        f"- Command: {command}", f"- Commit: {commit_text}", f"- Machine: {cpu}",
+        f"- Date: {result.get('started') or 'not recorded'}{seconds}",
+        f"- Load average (1, 5, 15 min): {load('load_average')} at start, {load('load_average_end')} at end",
+        f"- Report file: `{os.path.basename(run.path)}`"])
+
+
+def _demote(markdown: str) -> str:
+    """A report's ``## `` sections one level down, under the page's section."""
+    return "\n".join("#" + line if line.startswith("## ") else line for line in markdown.split("\n"))
+
+
+def _limit_rows(sweep: Run | None, node: Run | None) -> list[list[Any]]:
+    """MB/s against the ranged-GET limit of the same run and store: the sweep's bytes cells (epoch 1), then the
+    64 readers of ``--suite node``; every figure as the bench recorded it."""
+    rows: list[list[Any]] = []
+    if sweep is not None:
+        cells = sweep.result["cells"]
+        limits = {(c.get("store"), c["dataset"]): c.get("mb_per_s") for c in cells
+                  if c["cell"] == "raw-get" and c["status"] == "ok"}
+        for c in cells:
+            if c["cell"] == "bytes" and c.get("epoch", 1) == 1:
+                route = f"{c['source']} ({c['variant']})" if c.get("variant") not in (None, "-") else c["source"]
+                rows.append([c.get("store"), route, c["readers"], c["dataset"],
+                             c.get("mb_per_s") if c["status"] == "ok" else c["status"],
+                             limits.get((c.get("store"), c["dataset"])), c.get("ratio_to_raw_get")])
+    if node is not None:
+        config = node.result["config"]
+        for c in node.result["cells"]:
+            program = c["program"] if c["program"] == c["resolved"] else f"{c['program']} ({c['resolved']})"
+            rows.append([c["store"], f"mountpoint/{program}", c["readers"],
+                         f"{config['objects']} x {config['object_mb']} MiB objects", c["aggregate_mb_s"],
+                         c["limit_mb_s"], c["ratio_to_limit"]])
+    return rows
+
+
+@dataclass
+class _Page:
+    """The sections as they are built: text, and the figures to write (name -> how to draw or copy it)."""
+
+    runs: list[Run]
+    parts: list[str] = field(default_factory=list)
+    figures: dict[str, Callable[[str], bool]] = field(default_factory=dict)
+
+    def section(self, title: str, run: Run | None, body: Callable[[Run], list[str]]) -> None:
+        self.parts.append(f"## {title}\n\n" + ("\n\n".join([_facts(run), *body(run)]) if run else NOT_RUN))
+
+    def figure(self, name: str, draw: Callable[[str], bool], alt: str) -> str:
+        self.figures[name] = draw
+        return f"![{alt}](FIGURES/{name})"
+
+
+def _build(runs: list[Run]) -> _Page:
+    page = _Page(runs)
+    loader = _newest(runs, "sweep", lambda r: r.has("loader", "train", "ceiling"))
+    moved = _newest(runs, "sweep", lambda r: r.has("bytes"))
+    node = _newest(runs, "node", lambda r: True)
+    mlperf = _newest(runs, "mlperf", lambda r: True)
+    saved = _newest(runs, "sweep", lambda r: r.has("checkpoint"))
+    peers = _newest(runs, "sweep", lambda r: "peers" in sections(r.result))
+
+    def tables(run: Run, *names: str) -> list[str]:
+        found = sections(run.result)
+        return [_demote(found[name]) for name in names if name in found]
+
+    def sweep_chart(run: Run, panels: tuple[str, ...]) -> Callable[[str], bool]:
+        return lambda path: chart(run.result, path, panels)
+
+    page.section("Loader and training", loader, lambda run: [
+        page.figure("loader-training.png", sweep_chart(run, ("loader", "training")),
+                    "whole-epoch rate per route: loader and ResNet-50 training"),
+        *tables(run, "stores", "limits", "loader", "first-sample", "training", "map", "gpu")])
+
+    def limit_body(run: Run) -> list[str]:
+        parts = ["### MB/s against the ranged-GET limit of the same run and store (epoch 1; 64 readers: "
+                 "`--suite node`)\n\n" + table(["store", "route", "readers", "objects", "MB/s", "limit MB/s",
+                                                  "x limit"], _limit_rows(moved, node))]
+        if moved is not None:
+            parts.insert(0, page.figure("bytes.png", sweep_chart(moved, ("bytes",)),
+                                        "bytes path: MB/s per route against the ranged-GET limit"))
+            parts += tables(moved, "bytes", "random")
+        if node is not None and node is not run:
+            parts.append(f"64 readers: the run of the next section ({_facts(node).splitlines()[-1][2:]}).")
+        return parts
+
+    page.section("Bytes against the limit", moved or node, limit_body)
+    page.section("64 readers on one mount", node, lambda run: [
+        f"{run.result['config']['ranks']} ranks x {run.result['config']['threads']} readers on one shared mount per "
+        f"program, {run.result['config']['objects']} x {run.result['config']['object_mb']} MiB objects.",
+        node_table(run.result)])
+
+    def dlio_body(run: Run) -> list[str]:
+        png = os.path.splitext(run.path)[0] + ".png"
+        parts = [*mlperf_header(run.result)[2:], *[_demote(s) for s in mlperf_sections(run.result)]]
+        if os.path.exists(png):
+            parts.insert(0, page.figure("dlio.png", lambda path: bool(shutil.copyfile(png, path)),
+                                        "DLIO: accelerators kept at AU >= 90 % per route"))
+        return parts
+
+    page.section("DLIO (MLPerf Storage)", mlperf, dlio_body)
+    page.section("Checkpoints", saved, lambda run: [
+        page.figure("checkpoints.png", sweep_chart(run, ("checkpoints",)), "checkpoint save and load MB/s per route"),
+        *tables(run, "checkpoints")])
+    page.section("Peers: LitData and MosaicML Streaming", peers, lambda run: tables(run, "peers"))
+    return page
+
+
+def _header(link: Callable[[str], str]) -> str:
+    return "\n\n".join([
+        "# Benchmarks",
+        "The current figures: one section per suite, each from the newest run given of that suite, with the run's "
+        "command, commit, machine, date and load average as the run recorded them. Generated by "
+        "`scripts/benchmarks_md.py` from the bench's own report files (`--out`): do not edit by hand. Ratios are to "
+        "the limit measured in the same run and store. What each column means: "
+        f"[Benchmarks]({link('docs/benchmarks.md')}) and [the guide]({link('docs/benchmarks-guide.md')}). "
+        "Earlier runs: `git log -p BENCHMARKS.md`.",
+        "To regenerate it (each suite alone on a quiet machine; `--accelerator gpu` where there is a GPU):",
+        "```bash\n" + "\n".join(REGENERATE) + "\n```"])
+
+
+def render(runs: list[Run], page_dir: str, root: str) -> tuple[str, dict[str, Callable[[str], bool]]]:
+    """The page's text, its links relative to ``page_dir`` (both under ``root``), and its figures to write."""
+    page = _build(runs)
+
+    def link(path: str) -> str:
+        return os.path.relpath(os.path.join(root, path), page_dir)
+
+    text = "\n\n".join([_header(link), *page.parts]) + "\n"
+    return text.replace("](FIGURES/", f"]({link(FIGURES)}/"), page.figures
+
+
+def _write(path: str, text: str) -> None:
+    """Through a new file and a rename, so that a symbolic link at ``path`` is replaced, never written through."""
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(path + ".tmp", path)
+
+
+def write_pages(dirs: list[str], root: str) -> list[str]:
+    """Write ``PAGES`` and their figures under ``root`` from the runs under ``dirs``; return what was written."""
+    runs = find_runs(dirs)
+    written = []
+    figures: dict[str, Callable[[str], bool]] = {}
+    for name in PAGES:
+        path = os.path.join(root, name)
+        text, figures = render(runs, os.path.dirname(path), root)
+        _write(path, text)
+        written.append(path)
+    folder = os.path.join(root, FIGURES)
+    os.makedirs(folder, exist_ok=True)
+    for name in ("loader-training.png", "bytes.png", "dlio.png", "checkpoints.png"):
+        if name not in figures and os.path.exists(os.path.join(folder, name)):
+            os.remove(os.path.join(folder, name))  # a suite not in this report: its old picture goes too
+    for name, draw in figures.items():
+        if draw(os.path.join(folder, name)):
+            written.append(os.path.join(folder, name))
+    return written

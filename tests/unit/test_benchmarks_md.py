@@ -1,0 +1,142 @@
+"""BENCHMARKS.md regenerated from the bench's own report files (scripts/benchmarks_md.py).
+
+The run directory under tests/unit/data/bench-tiny/ is what a real run wrote:
+`MOUNTCTL_HOME=/tmp/bm35/home .venv/bin/python resnet.py bench --preset tiny --no-progress --out /tmp/bm35/tiny`
+on 2026-11-26 (both stores, mount-s3, rclone and s3fs installed), its JSON and Markdown as written (its PNG left
+out: the generator draws its pictures from the JSON). That run had no `--suite node` or `--suite mlperf` beside
+it, and the tiny preset runs no peers, so those sections must read "not run".
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+from pathlib import Path
+
+import pytest
+
+from mountctl.errors import InvalidSpec
+from mountctl.pytorch.benchmark.benchmarks_md import FIGURES, NOT_RUN, PAGES, REGENERATE, write_pages
+
+RUN = Path(__file__).parent / "data" / "bench-tiny"
+[REPORT_JSON] = sorted(RUN.glob("bench-*.json"))
+REPORT_MD = REPORT_JSON.with_suffix(".md")
+
+
+@pytest.fixture(scope="module")
+def result() -> dict:
+    return json.loads(REPORT_JSON.read_text())
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory) -> Path:
+    """A checkout-shaped folder whose docs page is a symbolic link to the top page, as in the repository."""
+    where = tmp_path_factory.mktemp("checkout")
+    (where / "docs").mkdir()
+    (where / "BENCHMARKS.md").write_text("# Benchmarks\n\nOld, typed figures.\n")
+    os.symlink("../BENCHMARKS.md", where / "docs" / "benchmark-figures.md")
+    write_pages([str(RUN)], str(where))
+    return where
+
+
+def _section(page: str, title: str) -> str:
+    match = re.search(rf"^## {re.escape(title)}\n(.*?)(?=^## |\Z)", page, re.S | re.M)
+    assert match, f"no section {title!r}"
+    return match.group(1)
+
+
+def _tables(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.startswith("| ")]
+
+
+def test_each_suite_measured_gets_a_section_with_its_runs_command_commit_machine_date_and_load(root, result):
+    page = (root / "BENCHMARKS.md").read_text()
+    machine, run = result["machine"], result["run"]
+    for title in ("Loader and training", "Bytes against the limit", "Checkpoints"):
+        section = _section(page, title)
+        assert f"- Command: `python {shlex.join(run['argv'])}`" in section
+        assert f"- Commit: `{run['commit'][:12]}`" in section
+        assert f"- Machine: {machine['cpu_count']} x {machine['cpu_model']}, {machine['memory_gb']} GB memory" in section
+        assert f"- Date: {result['started']}" in section
+        start, end = (" ".join(str(x) for x in machine[key]) for key in ("load_average", "load_average_end"))
+        assert f"{start} at start, {end} at end" in section
+
+
+def test_every_table_row_of_the_sweeps_sections_is_a_row_of_the_benchs_own_report(root):
+    page = (root / "BENCHMARKS.md").read_text()
+    own = set(_tables(REPORT_MD.read_text()))
+    taken = [row for title in ("Loader and training", "Checkpoints")
+             for row in _tables(_section(page, title))]
+    bytes_section = _section(page, "Bytes against the limit")
+    taken += _tables(bytes_section.split("### Bytes path", 1)[1])
+    assert len(taken) > 40
+    assert [row for row in taken if row not in own] == []
+
+
+def test_the_limit_table_shows_each_bytes_cell_beside_the_limit_of_its_own_store(root, result):
+    """The one table the bench does not print itself: every figure in it is a field of the run's JSON."""
+    section = _section((root / "BENCHMARKS.md").read_text(), "Bytes against the limit")
+    rows = _tables(section.split("### MB/s against", 1)[1].split("###", 1)[0])[2:]  # after header and rule
+    cells = [c for c in result["cells"] if c["cell"] == "bytes" and c["epoch"] == 1]
+    limits = {c["store"]: c["mb_per_s"] for c in result["cells"] if c["cell"] == "raw-get"}
+    assert len(rows) == len(cells)
+    for row, cell in zip(rows, cells, strict=True):
+        store, _, readers, dataset, mb_s, limit, ratio = [part.strip() for part in row.strip("|").split("|")]
+        assert (store, int(readers), dataset) == (cell["store"], cell["readers"], cell["dataset"])
+        assert mb_s == (f"{cell['mb_per_s']:,.1f}" if cell["status"] == "ok" else cell["status"])
+        assert limit == f"{limits[cell['store']]:,.1f}"
+        assert ratio == ("-" if cell.get("ratio_to_raw_get") is None else f"{cell['ratio_to_raw_get']:,.3f}")
+
+
+def test_a_suite_with_no_run_reads_not_run_and_shows_no_figures(root):
+    page = (root / "BENCHMARKS.md").read_text()
+    for title in ("64 readers on one mount", "DLIO (MLPerf Storage)", "Peers: LitData and MosaicML Streaming"):
+        assert _section(page, title).strip() == NOT_RUN
+    assert sorted(os.listdir(root / FIGURES)) == ["bytes.png", "checkpoints.png", "loader-training.png"]
+
+
+def test_both_pages_link_the_pictures_drawn_beside_them(root):
+    for name in PAGES:
+        page = root / name
+        assert not page.is_symlink()  # replaced, not written through the link to the top page
+        links = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", page.read_text())
+        assert len(links) == 3
+        assert all((page.parent / link).resolve().is_file() for link in links)
+    top, docs = ((root / name).read_text() for name in PAGES)
+    assert top.replace("](docs/", "](") == docs.replace("](../", "](")
+
+
+def test_the_regenerate_commands_pass_the_commands_own_dry_run():
+    from mountctl.pytorch.cli import configure
+
+    for line in REGENERATE:
+        words = shlex.split(line)
+        if "resnet.py" in words:
+            configure(words[words.index("resnet.py") + 1:])
+        else:
+            assert (Path(__file__).parents[2] / words[1]).is_file()
+
+
+def test_a_folder_without_a_bench_report_is_refused_naming_it(tmp_path):
+    (tmp_path / "notes.txt").write_text("no report here")
+    with pytest.raises(InvalidSpec, match=f"{tmp_path} holds no bench report"):
+        write_pages([str(tmp_path)], str(tmp_path / "out"))
+
+
+def test_a_suite_no_longer_given_takes_its_old_picture_away(tmp_path):
+    root = tmp_path / "checkout"
+    write_pages([str(RUN)], str(root))
+    only_loader = tmp_path / "run"
+    only_loader.mkdir()
+    kept = json.loads(REPORT_JSON.read_text())
+    kept["cells"] = [c for c in kept["cells"] if c["cell"] not in ("bytes", "random", "checkpoint")]
+    (only_loader / REPORT_JSON.name).write_text(json.dumps(kept))
+    shutil.copy(REPORT_MD, only_loader)
+    write_pages([str(only_loader)], str(root))
+    assert sorted(os.listdir(root / FIGURES)) == ["loader-training.png"]
+    page = (root / "BENCHMARKS.md").read_text()
+    assert _section(page, "Checkpoints").strip() == NOT_RUN
+    assert _section(page, "Bytes against the limit").strip() == NOT_RUN

@@ -1,11 +1,11 @@
 """Big prefixes: training lists its prefix once per job, never once per rank or DataLoader worker (issue #25 item 5).
 
-A prefix of tiny WebDataset shards and a class tree (scripts/index_scale.py's datasets, a few hundred objects
+A prefix of tiny WebDataset shards and a class tree (benchmarks/lab/index_scale.py's datasets, a few hundred objects
 here) sit behind a far store that logs every request (real nginx in front of the session's SeaweedFS,
 tests/request_log.py).  ``resnet.py train`` runs two steps with two DataLoader workers through a route, in a child
-process as a user runs it (scripts/big_prefix.py), and the LISTs the store saw are counted.  The start-time check
+process as a user runs it (benchmarks/lab/big_prefix.py), and the LISTs the store saw are counted.  The start-time check
 (the index's ETags against one LIST) is one pass over the prefix; a LIST per worker would add a pass per worker.
-No timing is asserted: scripts/big_prefix.py measures those.
+No timing is asserted: benchmarks/lab/big_prefix.py measures those.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from mountctl.s3 import client as s3_client
 
 from conftest import require_fuse
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks", "lab"))
 big_prefix = importlib.import_module("big_prefix")  # the script's own measuring code, so the two cannot drift
 index_scale = importlib.import_module("index_scale")
 
@@ -56,7 +56,7 @@ def _train(scale, dataset: str, route) -> dict:
 
 def _mount_routes() -> list:
     """The mountpoint kind through each installed program: the routes whose mount can list on its own.  (s3io and
-    fsspec read the index's objects by name; scripts/big_prefix.py counts their requests at full size.)"""
+    fsspec read the index's objects by name; benchmarks/lab/big_prefix.py counts their requests at full size.)"""
     return [pytest.param(route, id=route.name.replace(" ", "-"))
             for route in big_prefix.routes(mountctl.installed_backends()) if route.kind == "mountpoint"]
 

@@ -196,7 +196,7 @@ def _check_command(words: list[str], parsers: dict[str, argparse.ArgumentParser]
         if name == "resnet.py":
             missing = [] if (ROOT / word).exists() else [f"{word}: no such file"]
             return missing + _dry_run("resnet.py", words[i + 1:], parsers)
-        if re.match(r"^(\./)?(scripts|examples|tests|\.ci)/\S+$", word):
+        if re.match(r"^(\./)?(scripts|examples|tests|\.ci|benchmarks)/\S+$", word):
             if not (ROOT / word).exists():
                 return [f"{word}: no such file"]
             if name == "bench.sh":  # runs `resnet.py bench s3://mountctl/bench/ "$@"`

@@ -3,7 +3,7 @@
 Workers import their readers and decoder lazily, on their first sample.  A worker
 forked from a parent that has not imported them pays for the import itself, and
 workers are forked afresh every epoch: TorchCodec's decoder alone took 2-4.5 s to
-import on a loaded 2-core machine, in each worker, every epoch (scripts/epoch_start.py,
+import on a loaded 2-core machine, in each worker, every epoch (benchmarks/lab/epoch_start.py,
 docs/benchmarks-guide.md).  Imported here once, every forked worker inherits them.
 """
 

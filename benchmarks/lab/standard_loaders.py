@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A standard loader over the mount against s3torchconnector: ImageFolder vs S3MapDataset, far store, whole epochs.
 
-    PYTHONPATH=$PWD .venv/bin/python scripts/standard_loaders.py --classes 8 --per-class 50 --workers 2
+    PYTHONPATH=$PWD .venv/bin/python benchmarks/lab/standard_loaders.py --classes 8 --per-class 50 --workers 2
 
 Starts its own SeaweedFS behind the far-store proxy (20 ms per request, 50 MB/s per connection) and
 writes an ImageNet-shaped tree (``train/<class>/<n>.JPEG``, 224 px).  Each route then reads two

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Mount-program flags on the far store: the bytes path through each variant, beside s3torchconnector and raw GETs.
 
-    flock -w 1500 /tmp/mountctl-heavy.lock python scripts/tune_far.py [--repeats 3] [--latency-ms 20 --rate-mb-s 50]
+    flock -w 1500 /tmp/mountctl-heavy.lock python benchmarks/lab/tune_far.py [--repeats 3] [--latency-ms 20 --rate-mb-s 50]
 
 It starts a private embedded local S3 with the far profile (``mountctl local-s3
 start --profile far``: a real nginx adding latency per request and a cap per

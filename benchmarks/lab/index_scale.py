@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Indexing at scale on the far store (issue #24, item 6): a 10,000-shard prefix and a 100,000-object class tree.
 
-    PYTHONPATH=$PWD .venv/bin/python scripts/index_scale.py [--shards 10000] [--tree 100000] [--jobs 8]
+    PYTHONPATH=$PWD .venv/bin/python benchmarks/lab/index_scale.py [--shards 10000] [--tree 100000] [--jobs 8]
 
 Runs its own embedded S3 (in a private temporary MOUNTCTL_HOME, removed at the end) behind the far proxy
 (20 ms per request, 50 MB/s per connection: S3's shape), uploads the data directly (not through the proxy),
@@ -31,7 +31,7 @@ import tempfile
 import time
 from collections.abc import Iterable
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _tar(samples: list[tuple[str, bytes, int]]) -> bytes:

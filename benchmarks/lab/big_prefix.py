@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 """Big prefixes on the far store (issue #25 item 5): `train` to its first batch, the cache plan, LISTs, the exporter.
 
-    PYTHONPATH=$PWD .venv/bin/python scripts/big_prefix.py [--shards 10000] [--tree 100000] [--steps 3]
+    PYTHONPATH=$PWD .venv/bin/python benchmarks/lab/big_prefix.py [--shards 10000] [--tree 100000] [--steps 3]
 
 Runs its own embedded S3 (in a private temporary MOUNTCTL_HOME, removed at the end) behind a far proxy that
 logs every request (20 ms per request, 50 MB/s per connection), uploads the two datasets of
-``scripts/index_scale.py`` directly (a prefix of tiny WebDataset shards and a class tree of one object per
+``benchmarks/lab/index_scale.py`` directly (a prefix of tiny WebDataset shards and a class tree of one object per
 sample), indexes both through the proxy, then per route runs ``resnet.py train`` for ``--steps`` steps in a
 child process and reports:
 

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """The evidence behind ``auto``'s order: each installed mount program on the same objects, no cache.
 
-    flock /tmp/mountctl-bench.lock python scripts/auto_order.py [s3://bucket/prefix/] [--objects 4]
-    PYTHONPATH=$PWD python scripts/auto_order.py --epochs
+    flock /tmp/mountctl-bench.lock python benchmarks/lab/auto_order.py [s3://bucket/prefix/] [--objects 4]
+    PYTHONPATH=$PWD python benchmarks/lab/auto_order.py --epochs
 
 Without a URI it runs on the embedded local S3.  It uploads (once) N objects of
 64 MiB and one of 256 MiB, then per program mounts the prefix privately with
@@ -14,7 +14,7 @@ per GB read, and MB/s of random 64 KiB preads over the 256 MiB object.
 run on the far store, with mountctl's defaults (the node cache on), whole epochs 1 and 2 (time to the first
 batch, then samples/s over the whole epoch) for the shard loader (``resnet.py bench --quick``'s loader cells
 of the mountpoint kind, local disk beside them) and for a loader that opens one file per sample
-(``scripts/standard_loaders.py``: torchvision's ImageFolder over each mount, S3MapDataset and local disk
+(``benchmarks/lab/standard_loaders.py``: torchvision's ImageFolder over each mount, S3MapDataset and local disk
 beside them).  Each runs in a child with a private MOUNTCTL_HOME and its own embedded S3; about 6 minutes.
 """
 
@@ -34,7 +34,7 @@ import mountctl
 from mountctl import s3, uri_or_embedded
 
 MIB = 1 << 20
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PROGRAMS = ("s3fs", "rclone")  # the two installed here; mount-s3 is not installable on these machines
 
 
@@ -112,7 +112,7 @@ def whole_epochs() -> None:
                                       "status", "first_batch_s", "epoch_samples_per_s", "samples_per_s")}}),
                       flush=True)
     with tempfile.TemporaryDirectory(prefix="auto-order-files-") as home:
-        argv = ["scripts/standard_loaders.py", *[flag for p in PROGRAMS for flag in ("--backend", p)]]
+        argv = ["benchmarks/lab/standard_loaders.py", *[flag for p in PROGRAMS for flag in ("--backend", p)]]
         print(_child(argv, home), end="", flush=True)
     print(json.dumps({"loadavg_after": open("/proc/loadavg").read().split()[:3]}), flush=True)
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Where an open's time goes: S3 requests and ms per open+read+close of small objects, per mount program.
 
-    PYTHONPATH=$PWD .venv/bin/python scripts/open_cost.py --files 100 --backend rclone --backend s3fs
+    PYTHONPATH=$PWD .venv/bin/python benchmarks/lab/open_cost.py --files 100 --backend rclone --backend s3fs
 
 Starts its own SeaweedFS and a far-store proxy (20 ms, 50 MB/s) that logs every request, uploads
 ``--files`` objects of ``--size`` bytes, then for each program mounts the prefix with its cache on,

@@ -1,6 +1,6 @@
 """A script's own SeaweedFS in a scratch home, so a measurement never touches the user's server or data.
 
-    from scratch_server import scratch_server   # scripts/ is on sys.path when a script runs
+    from scratch_server import scratch_server   # benchmarks/lab/ is on sys.path when a script there runs
     with scratch_server("open-cost-") as (home, server, direct, s3): ...
 
 Yields the scratch home, the server, settings that reach it directly, and a boto3 client on those

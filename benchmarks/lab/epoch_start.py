@@ -1,6 +1,6 @@
 """Where an epoch's first seconds go: a breakdown of the loader's fixed cost per epoch, and training's.
 
-    PYTHONPATH=$PWD .venv/bin/python scripts/epoch_start.py [--images 2000] [--epochs 2] [--train]
+    PYTHONPATH=$PWD .venv/bin/python benchmarks/lab/epoch_start.py [--images 2000] [--epochs 2] [--train]
 
 Starts a private local S3 server, makes (or reuses) a synthetic dataset on it, copies the shards to
 local disk, and reads ``--epochs`` epochs through ``EpochLoader`` over ``ShardDataset`` (what the bench's

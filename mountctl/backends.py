@@ -288,7 +288,7 @@ class S3fsFuse(Backend):
 
 # -- what one open costs: metadata and cache validation (docs/standard-loaders.md) --------------------
 _CACHE_MAX_AGE = "8760h"  # a year: in effect only the size cap evicts
-# Measured through a request-logging far store (scripts/open_cost.py, 20 ms per request): a loader that opens
+# Measured through a request-logging far store (benchmarks/lab/open_cost.py, 20 ms per request): a loader that opens
 # one file per sample pays these round trips on every open, so they decide its rate, not the bandwidth.
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
+import tempfile
 
 import boto3
 
@@ -117,9 +118,10 @@ def test_a_state_dir_too_deep_for_a_unix_socket_still_serves_and_leaves_nothing(
         s3 = s3_client(server.settings())
         s3.put_object(Bucket="deep", Key="k", Body=b"v")
         assert s3.get_object(Bucket="deep", Key="k")["Body"].read() == b"v"
-        short = [n for n in os.listdir("/tmp") if n.startswith(f"mountctl-{os.getuid()}-")
-                 and os.path.exists(os.path.join("/tmp", n, "filer.sock"))]
-        assert short and all(os.stat(os.path.join("/tmp", n)).st_mode & 0o077 == 0 for n in short)
+        tmp = tempfile.gettempdir()  # the tests run with a TMPDIR of their own
+        short = [os.path.join(tmp, n) for n in os.listdir(tmp) if n.startswith(f"mountctl-{os.getuid()}-")
+                 and os.path.exists(os.path.join(tmp, n, "filer.sock"))]
+        assert short and all(os.stat(path).st_mode & 0o077 == 0 for path in short)
     finally:
         server.stop()
-    assert not any(os.path.exists(os.path.join("/tmp", n)) for n in short)
+    assert not any(os.path.exists(path) for path in short)

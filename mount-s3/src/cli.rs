@@ -118,6 +118,24 @@ pub struct CliArgs {
     #[arg(long, default_value = "8388608", value_parser = clap::value_parser!(u64).range(1..), help_heading = CLIENT)]
     pub part_size: u64,
 
+    /// Part size in bytes for GET, instead of --part-size
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..), help_heading = CLIENT)]
+    pub read_part_size: Option<u64>,
+
+    /// Part size in bytes for multi-part PUT, instead of --part-size
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..), help_heading = CLIENT)]
+    pub write_part_size: Option<u64>,
+
+    /// Size in bytes of the first GET of a file read in order (ours, not AWS's flag) [default: 1179648, the
+    /// crates' 1 MiB + 128 KiB]. 0 skips it: the first GET is then the whole file, fetched in parts.
+    #[arg(long, help_heading = CLIENT)]
+    pub initial_request_size: Option<usize>,
+
+    /// How fast the read-ahead window of a file read in order grows: it is multiplied by this each time it is
+    /// consumed (ours, not AWS's flag) [default: 2, the crates']
+    #[arg(long, value_parser = clap::value_parser!(u64).range(2..=64), help_heading = CLIENT)]
+    pub prefetch_window_multiplier: Option<u64>,
+
     /// Checksum algorithm for uploads: crc32c, or off for a store that does not support checksums
     #[arg(long, help_heading = CLIENT)]
     pub upload_checksums: Option<UploadChecksums>,

@@ -133,7 +133,11 @@ fn client_config(args: &CliArgs, memory_limit: MemoryLimitSetting) -> anyhow::Re
         expected_bucket_owner: None,
         throughput_target,
         bind: None,
-        part_config: PartConfig::with_part_size(args.part_size as usize).validate(memory_limit)?,
+        part_config: PartConfig::with_read_write_sizes(
+            args.read_part_size.unwrap_or(args.part_size) as usize,
+            args.write_part_size.unwrap_or(args.part_size) as usize,
+        )
+        .validate(memory_limit)?,
         user_agent: UserAgent::new(Some(format!("mountpoint-s3/{} mountctl", crate::FS_VERSION))),
         tls_config: None,
     })
@@ -167,6 +171,12 @@ fn filesystem_config(args: &CliArgs, personality: S3Personality) -> S3Filesystem
         cache_config: cache_config(args),
         ..Default::default()
     };
+    if let Some(size) = args.initial_request_size {
+        config.prefetcher_config.initial_request_size = size;
+    }
+    if let Some(multiplier) = args.prefetch_window_multiplier {
+        config.prefetcher_config.sequential_prefetch_multiplier = multiplier as usize;
+    }
     if args.manifest.is_some() {
         // The manifest is the truth for the whole mount: nothing it lists can change under it.
         config.cache_config = CacheConfig::new(TimeToLive::Indefinite);

@@ -163,3 +163,12 @@ def test_s3fs_on_a_disk_too_small_for_its_buffers_mounts_without_a_cache(monkeyp
     _free_mb(monkeypatch, 100)
     options = S3fsFuse().command(_spec(cache_dir="/c", cache_size_mb=3000), LOCAL, "/w")[-1].split(",")
     assert not [o for o in options if o.startswith(("use_cache", "ensure_diskfree"))]
+
+
+def test_mount_s3_reads_in_5_mib_parts_unless_the_user_names_a_part_size(tmp_path):
+    argv = MountS3().command(_spec(), LOCAL, str(tmp_path))
+    assert argv[argv.index("--read-part-size") + 1] == str(5 * 1024 * 1024) and "--part-size" not in argv
+    for flag in ("--part-size", "--read-part-size"):
+        mine = MountS3().command(_spec(extra_args={"mount-s3": (flag, "16777216")}), LOCAL, str(tmp_path))
+        # Given once (mount-s3 refuses a repeated flag), the user's value.
+        assert [a for a in mine if a.endswith("part-size")] == [flag] and mine[-1] == "16777216"

@@ -118,3 +118,34 @@ def test_mountctl_mount_objects_serves_the_list_under_its_directory(store, objec
     finally:
         subprocess.run([sys.executable, "-m", "mountctl", "unmount", directory], capture_output=True, timeout=60,
                        env=env, check=True)
+
+
+def test_dlio_reads_an_index_mounted_dataset_with_no_list_or_head_during_its_run(local_s3, tmp_path, mount_root):
+    """DLIO's own unet3d (tiny scale) over the bench's ``mount/mount-s3+index`` route: the files listed once
+    before DLIO starts, then DLIO's listing and every open answered from the list."""
+    require_fuse()
+    if not BACKENDS["mount-s3"].available():
+        missing("mount-s3 is not built; `bash scripts/setup.sh` builds it")
+    from mountctl.errors import InvalidSpec
+    from mountctl.pytorch.benchmark.dlio import dlio_venv, read_summary, run_dlio
+    from mountctl.pytorch.benchmark.mlperf import SCALES, _route_dir, dlio_overrides, generate_dataset, upload_dataset
+
+    try:
+        venv = dlio_venv()
+    except InvalidSpec as exc:
+        missing(str(exc))
+    workload = next(w for w in SCALES["tiny"] if w.name == "unet3d")
+    local, out = str(tmp_path / "generated"), str(tmp_path / "dlio-out")
+    generate_dataset(venv, workload, local, 300)
+    with logged_store(local_s3, str(tmp_path / "store"), files=0, size=1) as store:
+        upload_dataset(store.settings, local, store.uri)
+        with _route_dir("mount/mount-s3+index", local, store.uri, store.settings, workload) as data:
+            before = store.mark()
+            run_dlio(venv, 1, dlio_overrides(workload, data, out), out, 300)
+            sent = store.since(before)
+    summary = read_summary(os.path.join(out, "summary.json"))
+    print(f"\n[index mount, DLIO unet3d] requests at the store during the run: {dict(sent)} "
+          f"for {workload.files} files; AU {summary['au_pct']} %")
+    assert summary["au_pct"] > 0 and summary["samples_per_s"] > 0, summary
+    assert sent["HEAD"] == 0 and sent["LIST"] == 0, sent
+    assert sent["GET"] >= workload.files, sent

@@ -140,3 +140,41 @@ def test_a_suite_no_longer_given_takes_its_old_picture_away(tmp_path):
     page = (root / "BENCHMARKS.md").read_text()
     assert _section(page, "Checkpoints").strip() == NOT_RUN
     assert _section(page, "Bytes against the limit").strip() == NOT_RUN
+
+
+def _copy_of_run(result: dict, started: str, scale: float) -> dict:
+    """The real run again, as if repeated: a later start and every measured float multiplied by ``scale``."""
+    again = json.loads(json.dumps(result))
+    again["started"] = started
+    for cell in again["cells"]:
+        for name, value in cell.items():
+            if isinstance(value, float):
+                cell[name] = value * scale
+    return again
+
+
+def test_three_runs_of_one_command_at_one_commit_give_each_figure_as_their_median(tmp_path, result):
+    from mountctl.pytorch.benchmark.benchmarks_md import Run, median_run
+
+    runs = [Run("sweep", "a.json", result),
+            Run("sweep", "b.json", _copy_of_run(result, "2099-01-01T00:00:00+00:00", 3.0)),
+            Run("sweep", "c.json", _copy_of_run(result, "2099-01-02T00:00:00+00:00", 0.5))]
+    merged = median_run(runs, runs[2])
+    assert merged is not None and merged.path == "c.json" and len(merged.result["median_of"]) == 3
+    for original, cell in zip(result["cells"], merged.result["cells"], strict=True):
+        for name, value in original.items():
+            if isinstance(value, float):  # the median of x, 3x and x/2 is x
+                assert cell[name] == pytest.approx(value, abs=1e-3), (cell["cell"], name)
+    # A run at another commit, or of another command, is not pooled.
+    other = _copy_of_run(result, "2099-01-03T00:00:00+00:00", 7.0)
+    other["run"] = {**other["run"], "commit": "0" * 40}
+    alone = median_run([*runs, Run("sweep", "d.json", other)], Run("sweep", "d.json", other))
+    assert alone is not None and "median_of" not in alone.result
+    # The page says so, in the run's facts.
+    for index, run in enumerate(runs):
+        (tmp_path / "runs").mkdir(exist_ok=True)
+        (tmp_path / "runs" / f"bench-{index}.json").write_text(json.dumps(run.result))
+    (tmp_path / "docs").mkdir()
+    write_pages([str(tmp_path / "runs")], str(tmp_path))
+    section = _section((tmp_path / "BENCHMARKS.md").read_text(), "Loader and training")
+    assert "each figure is the median of 3 runs of this command at this commit" in section

@@ -3,7 +3,9 @@
 Each section takes the newest run (of those given) that measured it, and says that run's command, commit,
 machine, date and load average at start and end, as the run recorded them (``facts.py``); its tables come from
 ``report.py``'s builders over the run's JSON, so no number is typed, and its pictures are drawn by the bench's
-own chart code into ``docs/figures/``.  A suite with no run given reads "not run in this report".
+own chart code into ``docs/figures/``.  Where several runs of the same command at the same commit are given
+(``resnet.py bench`` three times into one ``--out``), each figure is their median (``median_run``).  A suite
+with no run given reads "not run in this report".
 
 The page is written twice, with the same text and links rebased: ``BENCHMARKS.md`` at the top and
 ``docs/benchmark-figures.md`` for the documentation site (a relative link cannot reach ``docs/figures/`` from
@@ -25,7 +27,7 @@ from mountctl import InvalidSpec
 from mountctl.pytorch.benchmark.node_scale import node_table
 from mountctl.pytorch.benchmark.report import chart, mlperf_header, mlperf_sections, sections, table
 
-__all__ = ["Run", "find_runs", "render", "write_pages", "PAGES", "FIGURES", "REGENERATE"]
+__all__ = ["Run", "find_runs", "median_run", "render", "write_pages", "PAGES", "FIGURES", "REGENERATE"]
 
 PAGES = ("BENCHMARKS.md", "docs/benchmark-figures.md")
 FIGURES = "docs/figures"
@@ -78,6 +80,50 @@ def _newest(runs: list[Run], kind: str, wanted: Callable[[Run], bool]) -> Run | 
     return max(chosen, key=lambda run: run.started) if chosen else None
 
 
+def _cell_key(cell: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
+    """What names a cell: every field that is not a measured float (route, dataset, readers, epoch, store...)."""
+    return tuple(sorted((k, v) for k, v in cell.items() if isinstance(v, (str, int)) or v is None))
+
+
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+
+
+def median_run(runs: list[Run], newest: Run | None) -> Run | None:
+    """``newest`` with each measured figure the median over every sweep run of the same command settings at the
+    same commit (``config`` and ``run.commit`` equal; none with uncommitted changes unless newest has them too).
+
+    A cell is matched by all its fields but the measured floats; a float is the median of the matched cells'
+    (a ratio: the median of each run's ratio to the limit of its own run). The result names its runs in
+    ``median_of``; one run alone is returned as it is."""
+    if newest is None or newest.kind != "sweep":
+        return newest
+    about = newest.result.get("run") or {}
+    alike = [run for run in runs if run.kind == "sweep" and run.result.get("config") == newest.result.get("config")
+             and (run.result.get("run") or {}).get("commit") == about.get("commit") and about.get("commit")
+             and (run.result.get("run") or {}).get("dirty") == about.get("dirty")]
+    if len(alike) < 2:
+        return newest
+    by_key: dict[tuple[tuple[str, Any], ...], list[dict[str, Any]]] = {}
+    for run in alike:
+        for cell in run.result.get("cells", []):
+            by_key.setdefault(_cell_key(cell), []).append(cell)
+    cells = []
+    for cell in newest.result.get("cells", []):
+        matched = by_key.get(_cell_key(cell), [cell])
+        merged = dict(cell)
+        for name, value in cell.items():
+            if isinstance(value, float) and not isinstance(value, bool):
+                figures = [m[name] for m in matched if isinstance(m.get(name), (int, float))]
+                merged[name] = round(_median(figures), 3) if figures else value
+        cells.append(merged)
+    result = {**newest.result, "cells": cells,
+              "median_of": sorted(str(run.result.get("started") or "") for run in alike)}
+    return Run(newest.kind, newest.path, result)
+
+
 def _facts(run: Run) -> str:
     """The run's command, commit, machine, date and load, as it recorded them ("not recorded" where it did not)."""
     result, machine = run.result, run.result.get("machine") or {}
@@ -96,11 +142,17 @@ def _facts(run: Run) -> str:
         return " ".join(str(x) for x in value) if value else "not recorded"
 
     seconds = f"; {result['seconds']} s in all" if result.get("seconds") is not None else ""
-    return "\n".join([
-        f"- Command: {command}", f"- Commit: {commit_text}", f"- Machine: {cpu}",
-        f"- Date: {result.get('started') or 'not recorded'}{seconds}",
-        f"- Load average (1, 5, 15 min): {load('load_average')} at start, {load('load_average_end')} at end",
-        f"- Report file: `{os.path.basename(run.path)}`"])
+    lines = [f"- Command: {command}", f"- Commit: {commit_text}", f"- Machine: {cpu}",
+             f"- Date: {result.get('started') or 'not recorded'}{seconds}",
+             f"- Load average (1, 5, 15 min): {load('load_average')} at start, {load('load_average_end')} at end",
+             f"- Report file: `{os.path.basename(run.path)}`"]
+    if len(result.get("median_of") or ()) > 1:
+        lines[3:6] = [f"- Runs: each figure is the median of {len(result['median_of'])} runs of this command at this "
+                      f"commit, started {', '.join(result['median_of'])} (a ratio: the median of each run's ratio "
+                      "to its own limit); the newest run's load average (1, 5, 15 min): "
+                      f"{load('load_average')} at start, {load('load_average_end')} at end, report file "
+                      f"`{os.path.basename(run.path)}`"]
+    return "\n".join(lines)
 
 
 def _demote(markdown: str) -> str:
@@ -150,12 +202,12 @@ class _Page:
 
 def _build(runs: list[Run]) -> _Page:
     page = _Page(runs)
-    loader = _newest(runs, "sweep", lambda r: r.has("loader", "train", "ceiling"))
-    moved = _newest(runs, "sweep", lambda r: r.has("bytes"))
+    loader = median_run(runs, _newest(runs, "sweep", lambda r: r.has("loader", "train", "ceiling")))
+    moved = median_run(runs, _newest(runs, "sweep", lambda r: r.has("bytes")))
     node = _newest(runs, "node", lambda r: True)
     mlperf = _newest(runs, "mlperf", lambda r: True)
-    saved = _newest(runs, "sweep", lambda r: r.has("checkpoint"))
-    peers = _newest(runs, "sweep", lambda r: "peers" in sections(r.result))
+    saved = median_run(runs, _newest(runs, "sweep", lambda r: r.has("checkpoint")))
+    peers = median_run(runs, _newest(runs, "sweep", lambda r: "peers" in sections(r.result)))
 
     def tables(run: Run, *names: str) -> list[str]:
         found = sections(run.result)

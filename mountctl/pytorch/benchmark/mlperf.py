@@ -235,12 +235,25 @@ def _route_dir(route: str, local: str, uri: str, settings: S3Settings, workload:
         return
     import mountctl
 
-    backend, _, warm = route.split("/", 1)[1].partition("+")
+    backend, _, variant = route.split("/", 1)[1].partition("+")
     options: dict[str, Any] = dict(mountctl.cache_options(workload.dataset_bytes))
-    if warm and "cache_dir" in options:
+    if variant == "warm" and "cache_dir" in options:
         options["warm"] = "all"
+    if variant == "index":
+        from mountctl.pytorch.data.index_mount import object_list_under
+
+        # The objects listed once, before DLIO starts: each open of the run is answered from the list.
+        options["objects"] = object_list_under(settings, uri)
     with mountctl.mount(uri, backend=backend, settings=settings, shared=False, **options) as mounted:
-        yield mounted.path
+        if variant != "index":
+            yield mounted.path
+            return
+        # A list holds no empty directory (mount-s3 drops directory markers) and DLIO lists valid/ even with
+        # evaluation off: it reads a local folder whose train/ is the mount's.
+        with tempfile.TemporaryDirectory(prefix="mountctl-mlperf-index-") as folder:
+            os.symlink(os.path.join(mounted.path, "train"), os.path.join(folder, "train"))
+            os.mkdir(os.path.join(folder, "valid"))
+            yield folder
 
 
 def _measure(venv: Path, workload: MlperfWorkload, route: str, store: str, ranks: int, local: str, uri: str,
@@ -259,7 +272,11 @@ def _measure(venv: Path, workload: MlperfWorkload, route: str, store: str, ranks
 
 
 def mount_routes(backends: tuple[str, ...], warm: bool) -> list[str]:
-    return [f"mount/{b}{suffix}" for b in backends or installed_backends() for suffix in ("", "+warm")[:1 + warm]]
+    """Each program's mount (and with ``warm`` its warmed mount), and mount-s3 once more mounted from a list
+    of the objects (``mount/mount-s3+index``: no LIST or HEAD while DLIO runs)."""
+    chosen = backends or installed_backends()
+    routes = [f"mount/{b}{suffix}" for b in chosen for suffix in ("", "+warm")[:1 + warm]]
+    return routes + (["mount/mount-s3+index"] if "mount-s3" in chosen else [])
 
 
 def run_mlperf(config: MlperfConfig, *, settings: S3Settings | None = None,

@@ -14,10 +14,10 @@ from typing import Any
 from mountctl import InvalidSpec, ListedObject, S3Settings, parse_s3_uri, write_object_list
 from mountctl.s3 import short_client
 
-__all__ = ["object_list_for", "index_objects"]
+__all__ = ["object_list_for", "index_objects", "etags_under", "object_list_under"]
 
 
-def _etags_in(settings: S3Settings, uri: str) -> dict[str, tuple[str, int]]:
+def etags_under(settings: S3Settings, uri: str) -> dict[str, tuple[str, int]]:
     """ETag and size of every object under the dataset's prefix (keys relative to it): one paged LIST."""
     location = parse_s3_uri(uri)
     found: dict[str, tuple[str, int]] = {}
@@ -31,7 +31,7 @@ def _etags_in(settings: S3Settings, uri: str) -> dict[str, tuple[str, int]]:
 def object_list_for(manifest: Any, settings: S3Settings, uri: str) -> str:
     """The object list (its path) of every shard or file the index names, each with its ETag."""
     wanted = [(f.key, f.etag, f.bytes) for f in manifest.files] or [(s.name, s.etag, s.bytes) for s in manifest.shards]
-    listed = _etags_in(settings, uri) if any(etag is None for _, etag, _ in wanted) else {}
+    listed = etags_under(settings, uri) if any(etag is None for _, etag, _ in wanted) else {}
     objects = []
     for key, etag, size in wanted:
         if etag is None:
@@ -40,6 +40,16 @@ def object_list_for(manifest: Any, settings: S3Settings, uri: str) -> str:
                 raise InvalidSpec(f"{uri}{key} is {'missing' if size_now < 0 else f'{size_now} bytes'}, but the "
                                   f"dataset's index says {size} bytes: index it again, or mount without --from-index")
         objects.append(ListedObject(key, etag, size))
+    return write_object_list(objects)
+
+
+def object_list_under(settings: S3Settings, uri: str) -> str:
+    """The object list (its path) of every object under ``uri`` as one LIST sees it now, directory markers left
+    out: for data with no index of ours (DLIO's files), listed once before the run rather than during it."""
+    objects = [ListedObject(key, etag, size) for key, (etag, size) in sorted(etags_under(settings, uri).items())
+               if not key.endswith("/")]
+    if not objects:
+        raise InvalidSpec(f"{uri} holds no objects: nothing to mount from a list")
     return write_object_list(objects)
 
 

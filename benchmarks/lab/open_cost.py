@@ -8,6 +8,10 @@ Starts its own SeaweedFS and a far-store proxy (20 ms, 50 MB/s) that logs every 
 lists the directory once (as ImageFolder does) and reads every file twice (epochs 1 and 2),
 one file at a time.  Prints requests per open by method and ms per open for each pass.
 ``--before`` also runs each program without the per-open flags (as before issue #25), side by side.
+``--backend mount-s3+index`` mounts the same objects from a list of them (mountctl's mount-s3 ``--manifest``,
+listed once before the mount): its listing and opens are answered from the list.
+
+    PYTHONPATH=$PWD .venv/bin/python benchmarks/lab/open_cost.py --files 100 --backend mount-s3 --backend mount-s3+index
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ from scratch_server import scratch_server
 
 from mountctl import Mount, MountSpec, backends
 from mountctl.far_proxy import FarProfile, FarProxy
+from mountctl.pytorch.data.index_mount import object_list_under
+from mountctl.shared import ObjectsView
 
 SHOW = 0
 
@@ -84,11 +90,15 @@ def main() -> None:
                         for v in (("before", "now") if args.before else ("now",))]
             for backend, variant in variants:
                 _per_open_flags(variant == "now")
-                extra = tuple(a.split("=", 1)[1] for a in args.extra_arg if a.startswith(backend + "="))
-                spec = MountSpec(uri=f"s3://{bucket}/opencost/", mount_dir=os.path.join(home, "mnt"),
-                                 backend=backend, cache_dir=os.path.join(home, "cache"), cache_size_mb=1024,
-                                 extra_args={backend: extra} if extra else {})
-                with Mount(spec, settings=settings) as mount:
+                program = backend.removesuffix("+index")
+                extra = tuple(a.split("=", 1)[1] for a in args.extra_arg if a.startswith(program + "="))
+                uri = f"s3://{bucket}/opencost/"
+                objects = object_list_under(direct, uri) if backend.endswith("+index") else None
+                spec = MountSpec(uri=uri, mount_dir=os.path.join(home, "mnt"), objects=objects,
+                                 backend=program, cache_dir=os.path.join(home, "cache"), cache_size_mb=1024,
+                                 extra_args={program: extra} if extra else {})
+                with Mount(spec, settings=settings) as mounted:
+                    mount = ObjectsView(mounted) if objects else mounted
                     _, seen = _requests(proxy, 0)
                     if args.warm:
                         from mountctl.warm import warm

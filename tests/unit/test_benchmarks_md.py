@@ -142,10 +142,11 @@ def test_a_suite_no_longer_given_takes_its_old_picture_away(tmp_path):
     assert _section(page, "Bytes against the limit").strip() == NOT_RUN
 
 
-def _copy_of_run(result: dict, started: str, scale: float) -> dict:
+def _copy_of_run(result: dict, started: str, scale: float, dirty: bool = False) -> dict:
     """The real run again, as if repeated: a later start and every measured float multiplied by ``scale``."""
     again = json.loads(json.dumps(result))
     again["started"] = started
+    again["run"] = {**again["run"], "dirty": dirty}
     for cell in again["cells"]:
         for name, value in cell.items():
             if isinstance(value, float):
@@ -156,8 +157,8 @@ def _copy_of_run(result: dict, started: str, scale: float) -> dict:
 def test_three_runs_of_one_command_at_one_commit_give_each_figure_as_their_median(tmp_path, result):
     from mountctl.pytorch.benchmark.benchmarks_md import Run, median_run
 
-    runs = [Run("sweep", "a.json", result),
-            Run("sweep", "b.json", _copy_of_run(result, "2099-01-01T00:00:00+00:00", 3.0)),
+    runs = [Run("sweep", "a.json", _copy_of_run(result, result["started"], 1.0)),
+            Run("sweep", "b.json", _copy_of_run(result, "2099-01-01T00:00:00+00:00", 3.0, dirty=True)),
             Run("sweep", "c.json", _copy_of_run(result, "2099-01-02T00:00:00+00:00", 0.5))]
     merged = median_run(runs, runs[2])
     assert merged is not None and merged.path == "c.json" and len(merged.result["median_of"]) == 3
@@ -178,3 +179,21 @@ def test_three_runs_of_one_command_at_one_commit_give_each_figure_as_their_media
     write_pages([str(tmp_path / "runs")], str(tmp_path))
     section = _section((tmp_path / "BENCHMARKS.md").read_text(), "Loader and training")
     assert "each figure is the median of 3 runs of this command at this commit" in section
+    assert "(1 of the 3 runs with uncommitted changes)" in section
+
+
+def test_the_64_reader_section_shows_the_newest_node_run_of_each_object_size(tmp_path):
+    """tests/unit/data/node-16 and node-64: the node-scale.json that `resnet.py bench --suite node --store far`
+    wrote on 2026-11-26, without and with `--node-object-mb 64`."""
+    (tmp_path / "docs").mkdir()
+    data = Path(__file__).parent / "data"
+    write_pages([str(RUN), str(data / "node-64"), str(data / "node-16")], str(tmp_path))
+    page = (tmp_path / "BENCHMARKS.md").read_text()
+    section = _section(page, "64 readers on one mount")
+    assert section.index("64 x 16 MiB objects") < section.index("64 x 64 MiB objects")
+    limits = _section(page, "Bytes against the limit")
+    for size in (16, 64):
+        result = json.loads((data / f"node-{size}" / "node-scale.json").read_text())
+        for cell in result["cells"]:
+            row = f"| {cell['store']} | mountpoint/{cell['program']}"
+            assert any(line.startswith(row) and f"64 x {size} MiB objects" in line for line in _tables(limits)), row

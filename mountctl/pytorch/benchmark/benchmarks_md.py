@@ -34,10 +34,12 @@ FIGURES = "docs/figures"
 NOT_RUN = "Not run in this report."
 # What the lead runs, alone on a quiet machine, to regenerate the page (shown at its top; docs test checks them).
 REGENERATE = (
-    ".venv/bin/python resnet.py bench --out bench-results/all",
+    ".venv/bin/python resnet.py bench --quick --out bench-results/all",
     ".venv/bin/python resnet.py bench --suite node --out bench-results/node",
-    ".venv/bin/python resnet.py bench --suite mlperf --out bench-results/mlperf",
-    ".venv/bin/python scripts/benchmarks_md.py bench-results/all bench-results/node bench-results/mlperf",
+    ".venv/bin/python resnet.py bench --suite node --node-object-mb 64 --out bench-results/node64",
+    ".venv/bin/python resnet.py bench --suite mlperf --quick --out bench-results/mlperf",
+    ".venv/bin/python scripts/benchmarks_md.py bench-results/all bench-results/node bench-results/node64 "
+    "bench-results/mlperf",
 )
 _KINDS = {"bench-*.json": "sweep", "mlperf-*.json": "mlperf", "node-scale.json": "node"}
 
@@ -93,7 +95,8 @@ def _median(values: list[float]) -> float:
 
 def median_run(runs: list[Run], newest: Run | None) -> Run | None:
     """``newest`` with each measured figure the median over every sweep run of the same command settings at the
-    same commit (``config`` and ``run.commit`` equal; none with uncommitted changes unless newest has them too).
+    same commit (``config`` and ``run.commit`` equal); how many of them had uncommitted changes is recorded
+    (``median_dirty``) and said on the page.
 
     A cell is matched by all its fields but the measured floats; a float is the median of the matched cells'
     (a ratio: the median of each run's ratio to the limit of its own run). The result names its runs in
@@ -102,8 +105,7 @@ def median_run(runs: list[Run], newest: Run | None) -> Run | None:
         return newest
     about = newest.result.get("run") or {}
     alike = [run for run in runs if run.kind == "sweep" and run.result.get("config") == newest.result.get("config")
-             and (run.result.get("run") or {}).get("commit") == about.get("commit") and about.get("commit")
-             and (run.result.get("run") or {}).get("dirty") == about.get("dirty")]
+             and (run.result.get("run") or {}).get("commit") == about.get("commit") and about.get("commit")]
     if len(alike) < 2:
         return newest
     by_key: dict[tuple[tuple[str, Any], ...], list[dict[str, Any]]] = {}
@@ -120,7 +122,8 @@ def median_run(runs: list[Run], newest: Run | None) -> Run | None:
                 merged[name] = round(_median(figures), 3) if figures else value
         cells.append(merged)
     result = {**newest.result, "cells": cells,
-              "median_of": sorted(str(run.result.get("started") or "") for run in alike)}
+              "median_of": sorted(str(run.result.get("started") or "") for run in alike),
+              "median_dirty": sum(bool((run.result.get("run") or {}).get("dirty")) for run in alike)}
     return Run(newest.kind, newest.path, result)
 
 
@@ -132,8 +135,10 @@ def _facts(run: Run) -> str:
     command = (f"`python {shlex.join(argv)}`" if argv[:1] == ["resnet.py"] else f"`{shlex.join(argv)}`"
                ) if argv else "not recorded"
     commit = about.get("commit")
-    commit_text = (f"`{commit[:12]}`" + (" with uncommitted changes" if about.get("dirty") else "")
-                   if commit else "not recorded")
+    dirty = (f" ({result['median_dirty']} of the {len(result['median_of'])} runs with uncommitted changes)"
+             if result.get("median_dirty") else "") if result.get("median_of") else (
+             " with uncommitted changes" if about.get("dirty") else "")
+    commit_text = f"`{commit[:12]}`{dirty}" if commit else "not recorded"
     cpu = (f"{machine['cpu_count']} x {machine['cpu_model']}, {machine['memory_gb']} GB memory, "
            f"GPU: {machine.get('gpu') or 'none'}" if "cpu_model" in machine else "not recorded")
 
@@ -160,7 +165,18 @@ def _demote(markdown: str) -> str:
     return "\n".join("#" + line if line.startswith("## ") else line for line in markdown.split("\n"))
 
 
-def _limit_rows(sweep: Run | None, node: Run | None) -> list[list[Any]]:
+def _node_runs(runs: list[Run]) -> list[Run]:
+    """The newest ``--suite node`` run of each object size given (``--node-object-mb``), smallest objects first."""
+    newest: dict[int, Run] = {}
+    for run in runs:
+        if run.kind == "node":
+            size = run.result["config"]["object_mb"]
+            if size not in newest or run.started > newest[size].started:
+                newest[size] = run
+    return [newest[size] for size in sorted(newest)]
+
+
+def _limit_rows(sweep: Run | None, nodes: list[Run]) -> list[list[Any]]:
     """MB/s against the ranged-GET limit of the same run and store: the sweep's bytes cells (epoch 1), then the
     64 readers of ``--suite node``; every figure as the bench recorded it."""
     rows: list[list[Any]] = []
@@ -174,7 +190,7 @@ def _limit_rows(sweep: Run | None, node: Run | None) -> list[list[Any]]:
                 rows.append([c.get("store"), route, c["readers"], c["dataset"],
                              c.get("mb_per_s") if c["status"] == "ok" else c["status"],
                              limits.get((c.get("store"), c["dataset"])), c.get("ratio_to_raw_get")])
-    if node is not None:
+    for node in nodes:
         config = node.result["config"]
         for c in node.result["cells"]:
             program = c["program"] if c["program"] == c["resolved"] else f"{c['program']} ({c['resolved']})"
@@ -204,7 +220,7 @@ def _build(runs: list[Run]) -> _Page:
     page = _Page(runs)
     loader = median_run(runs, _newest(runs, "sweep", lambda r: r.has("loader", "train", "ceiling")))
     moved = median_run(runs, _newest(runs, "sweep", lambda r: r.has("bytes")))
-    node = _newest(runs, "node", lambda r: True)
+    nodes = _node_runs(runs)
     mlperf = _newest(runs, "mlperf", lambda r: True)
     saved = median_run(runs, _newest(runs, "sweep", lambda r: r.has("checkpoint")))
     peers = median_run(runs, _newest(runs, "sweep", lambda r: "peers" in sections(r.result)))
@@ -224,20 +240,27 @@ def _build(runs: list[Run]) -> _Page:
     def limit_body(run: Run) -> list[str]:
         parts = ["### MB/s against the ranged-GET limit of the same run and store (epoch 1; 64 readers: "
                  "`--suite node`)\n\n" + table(["store", "route", "readers", "objects", "MB/s", "limit MB/s",
-                                                  "x limit"], _limit_rows(moved, node))]
+                                                  "x limit"], _limit_rows(moved, nodes))]
         if moved is not None:
             parts.insert(0, page.figure("bytes.png", sweep_chart(moved, ("bytes",)),
                                         "bytes path: MB/s per route against the ranged-GET limit"))
             parts += tables(moved, "bytes", "random")
-        if node is not None and node is not run:
-            parts.append(f"64 readers: the run of the next section ({_facts(node).splitlines()[-1][2:]}).")
+        parts += [f"64 readers, {node.result['config']['object_mb']} MiB objects: a run of the next section "
+                  f"({_facts(node).splitlines()[-1][2:]})." for node in nodes if node is not run]
         return parts
 
-    page.section("Bytes against the limit", moved or node, limit_body)
-    page.section("64 readers on one mount", node, lambda run: [
-        f"{run.result['config']['ranks']} ranks x {run.result['config']['threads']} readers on one shared mount per "
-        f"program, {run.result['config']['objects']} x {run.result['config']['object_mb']} MiB objects.",
-        node_table(run.result)])
+    def node_body(run: Run) -> list[str]:
+        parts = []
+        for node in nodes:
+            config = node.result["config"]
+            if node is not run:
+                parts += [f"### {config['objects']} x {config['object_mb']} MiB objects", _facts(node)]
+            parts += [f"{config['ranks']} ranks x {config['threads']} readers on one shared mount per program, "
+                      f"{config['objects']} x {config['object_mb']} MiB objects.", node_table(node.result)]
+        return parts
+
+    page.section("Bytes against the limit", moved or (nodes[0] if nodes else None), limit_body)
+    page.section("64 readers on one mount", nodes[0] if nodes else None, node_body)
 
     def dlio_body(run: Run) -> list[str]:
         png = os.path.splitext(run.path)[0] + ".png"
@@ -264,7 +287,9 @@ def _header(link: Callable[[str], str]) -> str:
         "the limit measured in the same run and store. What each column means: "
         f"[Benchmarks]({link('docs/benchmarks.md')}) and [the guide]({link('docs/benchmarks-guide.md')}). "
         "Earlier runs: `git log -p BENCHMARKS.md`.",
-        "To regenerate it (each suite alone on a quiet machine; `--accelerator gpu` where there is a GPU):",
+        "To regenerate it (each suite alone on a quiet machine; the first command three times, so that each figure "
+        "of its sections is a median of three; without `--quick` the sweep covers more worker counts, shard and "
+        "dataset sizes and both stores, for hours on two cores; `--accelerator gpu` where there is a GPU):",
         "```bash\n" + "\n".join(REGENERATE) + "\n```"])
 
 

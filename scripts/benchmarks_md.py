@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Regenerate BENCHMARKS.md (and docs/benchmark-figures.md, docs/figures/) from bench runs' --out directories.
 
-    .venv/bin/python scripts/benchmarks_md.py bench-results/all bench-results/node bench-results/node64 bench-results/mlperf
+    .venv/bin/python scripts/benchmarks_md.py bench-results/all bench-results/node bench-results/node64 bench-results/mlperf bench-results/checkpoint
 
 The work is done by mountctl/pytorch/benchmark/benchmarks_md.py; this only hooks it to the command line.
 """

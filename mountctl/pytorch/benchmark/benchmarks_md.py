@@ -38,8 +38,9 @@ REGENERATE = (
     ".venv/bin/python resnet.py bench --suite node --out bench-results/node",
     ".venv/bin/python resnet.py bench --suite node --node-object-mb 64 --out bench-results/node64",
     ".venv/bin/python resnet.py bench --suite mlperf --quick --out bench-results/mlperf",
+    ".venv/bin/python resnet.py bench --suite checkpoint --quick --out bench-results/checkpoint",
     ".venv/bin/python scripts/benchmarks_md.py bench-results/all bench-results/node bench-results/node64 "
-    "bench-results/mlperf",
+    "bench-results/mlperf bench-results/checkpoint",
 )
 _KINDS = {"bench-*.json": "sweep", "mlperf-*.json": "mlperf", "node-scale.json": "node"}
 

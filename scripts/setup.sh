@@ -24,11 +24,8 @@ command -v prometheus >/dev/null || need_apt+=(prometheus)
 command -v ffmpeg >/dev/null || need_apt+=(ffmpeg)
 # SLURM for tests/test_slurm.py: slurmctld + slurmd (slurm-wlm 22.05) and munge for its authentication
 command -v slurmd >/dev/null && command -v munged >/dev/null || need_apt+=(slurm-wlm munge)
-# To build mount-s3 (never Debian's `fuse`: fuse3 replaces it)
-command -v cmake >/dev/null || need_apt+=(cmake)
-command -v pkg-config >/dev/null || need_apt+=(pkg-config)
-[ -e /usr/include/fuse3/fuse.h ] || need_apt+=(libfuse3-dev)
-compgen -G "/usr/lib/llvm-*/lib/libclang*.so*" >/dev/null || need_apt+=(libclang-dev)
+# To build mount-s3 (never Debian's `fuse`: fuse3 replaces it): the build script's own probe says what it lacks
+mapfile -t -O "${#need_apt[@]}" need_apt < <(bash scripts/build_mount_s3.sh --missing)
 if [ ${#need_apt[@]} -gt 0 ]; then
   stage "installing Debian packages: ${need_apt[*]}" "about 1 min"
   sudo_cmd=""
@@ -55,15 +52,22 @@ fi
 # mount-s3 builds beside the Python installs (a cold build is CPU-bound for minutes; a cached one does nothing).
 # It prints a line when it starts building and one when done; nothing when its binary is current.
 bash scripts/build_mount_s3.sh --check || did_something=1
-bash scripts/build_mount_s3.sh &
+# Each background stage runs in a process group of its own (setsid), so that a setup stopped early ends the
+# whole stage: killing the bash wrapper alone left its cargo (and cargo's rustc and cmake) building on.
+setsid bash scripts/build_mount_s3.sh &
 mount_s3_build=$!
 # DLIO (MLPerf Storage's engine) goes into .venv-dlio, for `resnet.py bench --suite mlperf` and
 # tests/test_mlperf.py. Its packages install beside .venv's (two installs keep two cores busy, where one
 # leaves a core idle); its import check needs .venv's torch, so that part runs once .venv is done.
-bash scripts/setup_dlio.sh --install-only &
+setsid bash scripts/setup_dlio.sh --install-only &
 dlio_install=$!
 dlio_check=""
-trap 'kill "$dlio_install" "$mount_s3_build" $dlio_check 2>/dev/null || true' EXIT  # setup stopped early: stop the others too
+stop_stages() {  # setup stopped early (a failure, Ctrl-C, SIGTERM): end every stage's whole process group
+  local group
+  for group in "$dlio_install" "$mount_s3_build" $dlio_check; do kill -TERM -- "-$group" 2>/dev/null || true; done
+}
+trap stop_stages EXIT
+trap 'exit 130' INT TERM
 # Reinstall only when requirements.txt changed since the last successful install.
 stamp=.venv/.requirements.sha256
 want=$(sha256sum requirements.txt pyproject.toml | sha256sum | cut -d' ' -f1)
@@ -76,8 +80,9 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   "${uv[@]}" --no-deps -e .
 fi
 wait "$dlio_install" || { echo "setup: installing DLIO's packages failed; see its output above" >&2; exit 1; }
+dlio_install=""  # reaped: its group id may be reused
 # DLIO's import check (and its stamp) needs .venv's torch; it runs beside .venv's own check.
-bash scripts/setup_dlio.sh &
+setsid bash scripts/setup_dlio.sh &
 dlio_check=$!
 if [ "$fresh" = 1 ]; then
   stage "checking that the packages import" "5-20 s"
@@ -87,6 +92,7 @@ if [ "$fresh" = 1 ]; then
 fi
 wait "$dlio_check" || { echo "setup: DLIO's environment failed its check; see its output above" >&2; exit 1; }
 wait "$mount_s3_build" || { echo "setup: building mount-s3 failed; see above" >&2; exit 1; }
+trap - EXIT  # every stage is done and reaped
 if [ "$did_something" = 1 ]; then
   echo "setup: ready after $((SECONDS / 60)) min $((SECONDS % 60)) s (.venv/bin/mountctl, .venv/bin/python resnet.py)"
 else

@@ -172,3 +172,34 @@ def test_mount_s3_reads_in_5_mib_parts_unless_the_user_names_a_part_size(tmp_pat
         mine = MountS3().command(_spec(extra_args={"mount-s3": (flag, "16777216")}), LOCAL, str(tmp_path))
         # Given once (mount-s3 refuses a repeated flag), the user's value.
         assert [a for a in mine if a.endswith("part-size")] == [flag] and mine[-1] == "16777216"
+
+
+def _aws_mount_s3(tmp_path, version):
+    """A stand-in for AWS's mount-s3 that only answers --version: no registry here serves AWS's older releases,
+    and the version line is all the command line depends on."""
+    program = tmp_path / f"aws-{version}" / "mount-s3"
+    program.parent.mkdir()
+    program.write_text(f"#!/bin/sh\necho 'mount-s3 {version}'\n")
+    program.chmod(0o755)
+    return str(program)
+
+
+@pytest.mark.parametrize("version, passed", [("1.7.2", False), ("1.8.0", True), ("1.22.0", True)])
+def test_aws_mount_s3_gets_read_part_size_only_from_1_8_on(tmp_path, monkeypatch, version, passed):
+    """AWS's releases before 1.8.0 refuse --read-part-size, so every mount that passed it failed."""
+    program = _aws_mount_s3(tmp_path, version)
+    monkeypatch.setattr(MountS3, "executable", lambda self: program)
+    argv = MountS3().command(_spec(), LOCAL, str(tmp_path))
+    assert argv[0] == program and ("--read-part-size" in argv) is passed and "--part-size" not in argv
+    assert bool(MountS3().read_part_size_note()) is not passed
+
+
+def test_doctor_says_why_an_old_aws_mount_s3_reads_in_its_own_parts(tmp_path, monkeypatch):
+    from mountctl.doctor import run_checks
+
+    program = _aws_mount_s3(tmp_path, "1.7.2")
+    monkeypatch.setattr(MountS3, "available", lambda self: True)
+    monkeypatch.setattr(MountS3, "executable", lambda self: program)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
+    row = next(check for check in run_checks() if check["name"] == "backend mount-s3")
+    assert row["ok"] and "mount-s3 1.7.2 (AWS)" in row["detail"] and "1.8.0" in row["detail"]

@@ -8,8 +8,6 @@ may change.  This package never imports torch; the training side lives in
 
 from . import s3
 from .argparsing import ArgumentParser
-from .backends import backend_versions, installed_backends
-from .cache import cache_options, mount_cache_dir
 from .errors import (
     AlreadyMounted,
     BackendNotFound,
@@ -28,20 +26,22 @@ from .errors import (
     S3Error,
     StaleMount,
 )
-from .far_proxy import FarProfile, FarProxy
-from .handle import MountHandle
-from .health import Health, HealthState
-from .local_s3 import LocalS3, uri_or_embedded
-from .mount import Mount
-from .object_list import ListedObject, read_object_list, write_object_list
-from .object_version import VersionPin
+from .local_s3.far_proxy import FarProfile, FarProxy
+from .local_s3.ports import port_free
+from .local_s3.server import LocalS3, uri_or_embedded
+from .mounts.backends import backend_versions, installed_backends
+from .mounts.cache import cache_options, mount_cache_dir
+from .mounts.handle import MountHandle
+from .mounts.health import Health, HealthState
+from .mounts.mount import Mount
+from .mounts.object_list import ListedObject, read_object_list, write_object_list
+from .mounts.object_version import VersionPin
+from .mounts.resilient import open_resilient
+from .mounts.spec import BACKEND_NAMES, MountSpec
 from .paths import private_dir
-from .ports import port_free
 from .redaction import redact
-from .resilient import open_resilient
 from .s3 import S3Settings, S3Uri, parse_s3_uri, resolve
 from .shared import SharedMount, mount, status
-from .spec import BACKEND_NAMES, MountSpec
 
 __all__ = [
     "ListedObject",

@@ -12,12 +12,12 @@ from typing import TYPE_CHECKING
 
 from .argparsing import ArgumentParser
 from .errors import InvalidSpec, MountctlError
+from .mounts.spec import BACKEND_NAMES, MountSpec
 from .redaction import redact
-from .spec import BACKEND_NAMES, MountSpec
 
 if TYPE_CHECKING:
-    from .far_proxy import FarProfile
-    from .local_s3 import LocalS3Status
+    from .local_s3.far_proxy import FarProfile
+    from .local_s3.server import LocalS3Status
 
 __all__ = ["main", "configure"]
 
@@ -177,11 +177,11 @@ def _cmd_mount(args: argparse.Namespace) -> int:
 
     spec = _mount_spec(args)
     if args.warm:
-        from .warm import read_listing
+        from .mounts.warm import read_listing
 
         read_listing(spec.warm or "all")  # a list that cannot be read fails here, not in the supervisor's log
     if spec.objects:
-        from .object_list import read_object_list
+        from .mounts.object_list import read_object_list
 
         read_object_list(spec.objects)  # likewise for a list of objects
     handle = acquire(spec, pinned=True, watchdog=not args.no_watchdog)
@@ -193,10 +193,10 @@ def _cmd_mount(args: argparse.Namespace) -> int:
 
 
 def _cmd_unmount(args: argparse.Namespace) -> int:
-    from .fusectl import unmount
-    from .mounttable import find_mount
+    from .mounts.fusectl import unmount
+    from .mounts.mounttable import find_mount
+    from .mounts.spec import canonical_dir
     from .shared import request_unmount
-    from .spec import canonical_dir
 
     path = canonical_dir(args.dir)
     if request_unmount(path, wait_s=args.timeout):
@@ -212,7 +212,7 @@ def _cmd_unmount(args: argparse.Namespace) -> int:
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
-    from .backends import get_backend
+    from .mounts.backends import get_backend
     from .shared import status
 
     rows = status(args.timeout)
@@ -279,7 +279,7 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
 
 def _cmd_cleanup(args: argparse.Namespace) -> int:
     from .doctor import cleanup
-    from .orphans import stop_orphans
+    from .local_s3.orphans import stop_orphans
 
     report = cleanup()
     cleared = report.cleared + stop_orphans()
@@ -296,7 +296,7 @@ def _cmd_cleanup(args: argparse.Namespace) -> int:
 
 
 def _cmd_local_s3(args: argparse.Namespace) -> int:
-    from .local_s3 import DEFAULT_BUCKET, LocalS3
+    from .local_s3.server import DEFAULT_BUCKET, LocalS3
 
     server = LocalS3()
     if args.action == "start":
@@ -313,7 +313,7 @@ def _cmd_local_s3(args: argparse.Namespace) -> int:
               "use it with: eval \"$(mountctl local-s3 env)\"", file=sys.stderr)
         return 0
     if args.action == "stop":
-        from .local_s3_owners import read_owners
+        from .local_s3.owners import read_owners
 
         holders = ", ".join(str(owner["pid"]) for owner in read_owners(server.dir).live)
         stopped = server.stop()
@@ -337,7 +337,7 @@ def _cmd_local_s3(args: argparse.Namespace) -> int:
 
 def _far_profile(args: argparse.Namespace) -> FarProfile | None:
     """The far profile the start asks for, or None; a far option without ``--profile far`` is a mistake."""
-    from .far_proxy import FarProfile
+    from .local_s3.far_proxy import FarProfile
 
     given = {name: value for name, value in (("latency_ms", args.latency_ms), ("rate_mb_s", args.rate_mb_s),
                                              ("slowdown_pct", args.slowdown_pct)) if value is not None}

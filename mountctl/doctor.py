@@ -11,15 +11,15 @@ from typing import Any
 from urllib.parse import urlparse
 
 from . import paths
-from .backends import BACKENDS, MountS3
 from .errors import MountctlError
-from .fusectl import force_clear
-from .health import mount_health
-from .local_s3 import sweep_stray_server_files
-from .mounttable import find_mount, read_mount_table
+from .local_s3.server import sweep_stray_server_files
+from .mounts.backends import BACKENDS, MountS3
+from .mounts.fusectl import force_clear
+from .mounts.health import mount_health
+from .mounts.mounttable import find_mount, read_mount_table
+from .mounts.scratch import sweep_abandoned_workdirs
 from .processes import process_alive
 from .s3 import check_bucket_access, parse_s3_uri, resolve
-from .scratch import sweep_abandoned_workdirs
 from .shared.client import clear_abandoned
 from .shared.registry import Registry
 

@@ -51,9 +51,9 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
-from mountctl.backends import BACKENDS  # noqa: E402
-from mountctl.local_s3 import LocalS3  # noqa: E402
-from mountctl.mounttable import read_mount_table  # noqa: E402
+from mountctl.local_s3.server import LocalS3  # noqa: E402
+from mountctl.mounts.backends import BACKENDS  # noqa: E402
+from mountctl.mounts.mounttable import read_mount_table  # noqa: E402
 from mountctl.s3 import client as s3_client  # noqa: E402
 
 

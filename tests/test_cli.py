@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from mountctl.backends import get_backend
+from mountctl.mounts.backends import get_backend
 from mountctl.programs import find_program
 
 from conftest import fuse_mounts_under, mount_programs, require_fuse

@@ -17,7 +17,7 @@ import psutil
 import pytest
 
 from mountctl import Mount, MountSpec
-from mountctl.far_proxy import FarProfile, FarProxy, find_nginx
+from mountctl.local_s3.far_proxy import FarProfile, FarProxy, find_nginx
 from mountctl.s3 import client as s3_client
 
 from conftest import make_bucket, missing, remove_bucket, require_fuse

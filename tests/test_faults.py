@@ -21,8 +21,8 @@ import pytest
 
 import mountctl
 from mountctl import Mount, MountSpec, open_resilient
-from mountctl.local_s3 import LocalS3
-from mountctl.mounttable import find_mount
+from mountctl.local_s3.server import LocalS3
+from mountctl.mounts.mounttable import find_mount
 from mountctl.s3 import client as s3_client
 
 from conftest import make_bucket, mount_programs, require_fuse

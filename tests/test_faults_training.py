@@ -9,7 +9,7 @@ import time
 import pytest
 
 from mountctl import resolve
-from mountctl.backends import BACKENDS
+from mountctl.mounts.backends import BACKENDS
 from mountctl.pytorch.data.dataset import EpochLoader, ShardDataset
 from mountctl.pytorch.data.manifest import load_manifest
 from mountctl.pytorch.data.sources import open_source

@@ -20,7 +20,7 @@ import time
 import pytest
 
 from mountctl import Mount, MountSpec
-from mountctl.local_s3 import LocalS3
+from mountctl.local_s3.server import LocalS3
 from mountctl.s3 import client as s3_client
 
 from conftest import require_fuse

@@ -22,7 +22,7 @@ from test_resume import TINY
 
 import mountctl
 from mountctl import ListedObject, write_object_list
-from mountctl.backends import BACKENDS
+from mountctl.mounts.backends import BACKENDS
 from mountctl.pytorch.cli import main
 from mountctl.s3 import client as s3_client
 

@@ -21,8 +21,8 @@ import time
 import psutil
 import pytest
 
-from mountctl.far_proxy import find_nginx
-from mountctl.mounttable import read_mount_table
+from mountctl.local_s3.far_proxy import find_nginx
+from mountctl.mounts.mounttable import read_mount_table
 
 from conftest import missing, require_fuse
 

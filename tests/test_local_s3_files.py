@@ -10,7 +10,7 @@ import tempfile
 
 import boto3
 
-from mountctl.local_s3 import LocalS3, sweep_stray_server_files, uri_or_embedded
+from mountctl.local_s3.server import LocalS3, sweep_stray_server_files, uri_or_embedded
 from mountctl.s3 import client as s3_client
 
 from conftest import missing, server_files_in_tmp, server_ports

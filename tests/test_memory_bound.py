@@ -14,7 +14,7 @@ import psutil
 import pytest
 
 import mountctl
-from mountctl.backends import BACKENDS
+from mountctl.mounts.backends import BACKENDS
 from mountctl.shared.metrics import program_memory
 
 from conftest import missing, require_fuse

@@ -11,7 +11,7 @@ import pytest
 
 import mountctl
 from mountctl import Mount, MountSpec
-from mountctl.mounttable import find_mount
+from mountctl.mounts.mounttable import find_mount
 from mountctl.s3 import client as s3_client
 
 from conftest import make_bucket, require_fuse

@@ -14,7 +14,7 @@ import pytest
 
 import mountctl
 from mountctl import Mount, MountSpec
-from mountctl.cache import mount_cache_dir
+from mountctl.mounts.cache import mount_cache_dir
 
 MIB = 1 << 20
 

@@ -15,9 +15,9 @@ import psutil
 import pytest
 
 from mountctl.errors import LocalS3Error
-from mountctl.far_proxy import FarProfile, FarProxy, find_nginx
-from mountctl.local_s3 import LocalS3
-from mountctl.orphans import stop_orphans
+from mountctl.local_s3.far_proxy import FarProfile, FarProxy, find_nginx
+from mountctl.local_s3.orphans import stop_orphans
+from mountctl.local_s3.server import LocalS3
 
 from conftest import missing
 
@@ -105,7 +105,7 @@ def test_cleanup_stops_the_workers_of_a_proxy_whose_master_was_killed(local_s3, 
 def test_a_proxy_ends_with_its_owner_killed_by_sigkill(local_s3, proxy_workdir):
     owner = _python(f"""
         import time
-        from mountctl.far_proxy import FarProfile, FarProxy
+        from mountctl.local_s3.far_proxy import FarProfile, FarProxy
         endpoint = FarProxy({local_s3.settings(direct=True).endpoint_url!r}, {proxy_workdir!r},
                             FarProfile(latency_ms=0)).start()
         print(endpoint, flush=True)
@@ -125,7 +125,7 @@ def test_a_proxy_ends_with_its_owner_killed_by_sigkill(local_s3, proxy_workdir):
 _HOLDER = """
     import os, sys, time
     import boto3
-    from mountctl.local_s3 import uri_or_embedded
+    from mountctl.local_s3.server import uri_or_embedded
     name, flags = os.environ["NAME"], os.environ["FLAGS"]
     with uri_or_embedded(None, "s3://mountctl/race/"):
         open(os.path.join(flags, name + ".in"), "w").close()

@@ -20,9 +20,9 @@ import uuid
 import pytest
 from child_processes import stop_child
 
-from mountctl.backends import BACKENDS
-from mountctl.health import mount_health
-from mountctl.mounttable import find_mount
+from mountctl.mounts.backends import BACKENDS
+from mountctl.mounts.health import mount_health
+from mountctl.mounts.mounttable import find_mount
 from mountctl.processes import process_identity
 from mountctl.shared import status
 from mountctl.shared.exporter import readiness

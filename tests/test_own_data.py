@@ -128,7 +128,7 @@ def test_overwritten_shard_is_refused_at_start_in_one_line(s3, bucket, tmp_path)
 
 def test_read_only_prefix_indexes_to_index_out_and_writes_nothing_under_it(local_s3, s3, bucket, tmp_path,
                                                                            monkeypatch):
-    from mountctl.local_s3_identities import add_identity
+    from mountctl.local_s3.identities import add_identity
 
     keys = write_shards(s3, bucket, "own/", str(tmp_path / "w"), shards=2, per_shard=4)
     before = listing(s3, bucket, "own/")

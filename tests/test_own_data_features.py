@@ -40,7 +40,7 @@ def index_to(uri: str, out: str, *extra: str) -> dict:
 def read_only_key(local_s3, s3, monkeypatch):
     """A key that reads and lists every bucket and writes only to a bucket of its own (the peers' place):
     the data's bucket is read-only to the bench, as a user's often is.  Yields that writable bucket."""
-    from mountctl.local_s3_identities import add_identity, revoke_identity
+    from mountctl.local_s3.identities import add_identity, revoke_identity
 
     writable = make_bucket(s3, f"peers-{uuid.uuid4().hex[:8]}")
     user, access, secret = f"ro-{uuid.uuid4().hex[:6]}", f"RO{uuid.uuid4().hex[:16].upper()}", uuid.uuid4().hex

@@ -17,7 +17,7 @@ import uuid
 
 import pytest
 
-from mountctl.far_proxy import FarProfile, FarProxy, find_nginx
+from mountctl.local_s3.far_proxy import FarProfile, FarProxy, find_nginx
 from mountctl.pytorch.benchmark.peer_data import MDS_COLUMNS, SampleChecksum, peer_uri
 from mountctl.pytorch.benchmark.peers import peer_epochs
 from mountctl.s3 import client as s3_client

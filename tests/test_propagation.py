@@ -20,7 +20,7 @@ import time
 import pytest
 
 from mountctl import Mount, MountSpec
-from mountctl.mounttable import MountEntry, read_mount_table
+from mountctl.mounts.mounttable import MountEntry, read_mount_table
 
 from conftest import missing, require_fuse
 

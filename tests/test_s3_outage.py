@@ -17,7 +17,7 @@ import time
 import pytest
 
 from mountctl import Mount, MountSpec
-from mountctl.local_s3 import LocalS3
+from mountctl.local_s3.server import LocalS3
 from mountctl.s3 import client as s3_client
 
 SIZE = 100 * 1024 * 1024  # past rclone's first 64 MiB read chunk: the rest needs the store

@@ -28,7 +28,7 @@ import psutil
 import pytest
 from botocore.exceptions import ClientError
 
-from mountctl.ports import GRPC_OFFSET
+from mountctl.local_s3.ports import GRPC_OFFSET
 from mountctl.s3 import S3Settings
 from mountctl.s3 import client as s3_client
 

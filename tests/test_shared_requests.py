@@ -105,7 +105,7 @@ def test_stop_cleans_up_even_when_waiting_for_the_program_times_out(s3_env, buck
 
     child.wait = wait_times_out  # type: ignore[method-assign]
     m.stop()
-    from mountctl.mounttable import find_mount
+    from mountctl.mounts.mounttable import find_mount
 
     assert find_mount(spec.mount_dir) is None and not os.path.exists(workdir)
     deadline = time.monotonic() + 5  # it was really killed, whatever wait() said

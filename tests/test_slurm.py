@@ -23,8 +23,8 @@ import time
 import psutil
 import pytest
 
-from mountctl.health import SERVING_STATES
-from mountctl.ports import free_port
+from mountctl.local_s3.ports import free_port
+from mountctl.mounts.health import SERVING_STATES
 
 from conftest import fuse_mounts_under, missing, mount_programs, require_fuse
 from slurm_support import (

@@ -14,7 +14,7 @@ import uuid
 
 import pytest
 
-from mountctl.far_proxy import FarProfile, FarProxy, find_nginx
+from mountctl.local_s3.far_proxy import FarProfile, FarProxy, find_nginx
 from mountctl.pytorch.data.dataset import EpochLoader, ShardDataset
 from mountctl.pytorch.data.manifest import load_manifest
 from mountctl.pytorch.data.sources import open_source

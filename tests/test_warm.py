@@ -17,7 +17,7 @@ import pytest
 from request_log import LoggedStore, logged_store, read_every_file
 
 from mountctl import Mount, MountSpec
-from mountctl.warm import Warmer, warm
+from mountctl.mounts.warm import Warmer, warm
 
 FILES = 16
 SIZE = 64 * 1024
@@ -40,7 +40,7 @@ def _warm_readers(root: str) -> list[psutil.Process]:
     found = []
     for process in psutil.process_iter(["cmdline"]):
         cmd = process.info["cmdline"] or []
-        if "mountctl.warm" in cmd and root in cmd:
+        if "mountctl.mounts.warm" in cmd and root in cmd:
             found.append(process)
     return found
 
@@ -140,7 +140,7 @@ def test_a_warm_reader_dies_with_the_process_that_started_it(tmp_path):
     os.mkfifo(tmp_path / "stuck")
     starter = subprocess.Popen([sys.executable, "-c", (
         "import time\n"
-        "from mountctl.warm import Warmer\n"
+        "from mountctl.mounts.warm import Warmer\n"
         f"warmer = Warmer({str(tmp_path)!r}, ['stuck'], timeout_s=300).start()\n"
         "print(warmer.pid, flush=True)\n"
         "time.sleep(300)\n")], stdout=subprocess.PIPE, text=True)

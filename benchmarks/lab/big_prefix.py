@@ -246,7 +246,7 @@ def exporter_scrapes(uris: Sequence[str], settings: Any, env: dict[str, str], re
     import contextlib
 
     import mountctl
-    from mountctl.ports import free_port
+    from mountctl.local_s3.ports import free_port
 
     port = free_port()
     base = f"http://127.0.0.1:{port}"
@@ -304,8 +304,8 @@ def main() -> int:
     home = tempfile.mkdtemp(prefix="big-prefix-home-")
     os.environ["MOUNTCTL_HOME"] = home
     import mountctl
-    from mountctl.far_proxy import FarProfile, FarProxy
-    from mountctl.local_s3 import LocalS3
+    from mountctl.local_s3.far_proxy import FarProfile, FarProxy
+    from mountctl.local_s3.server import LocalS3
     from mountctl.pytorch.data.manifest import from_json_text
     from mountctl.s3 import client as s3_client
 

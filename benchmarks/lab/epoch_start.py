@@ -200,7 +200,7 @@ def main() -> None:
     if args.train_child:
         return _train_child(args)
 
-    from mountctl.local_s3 import LocalS3
+    from mountctl.local_s3.server import LocalS3
     from mountctl.pytorch.benchmark.limits import copy_shards
     from mountctl.pytorch.data.manifest import load_manifest
     from mountctl.pytorch.data.synthetic import MakeConfig, make_dataset

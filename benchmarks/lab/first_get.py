@@ -22,8 +22,8 @@ import time
 
 import mountctl
 from mountctl import s3
-from mountctl.far_proxy import FarProfile
-from mountctl.local_s3 import LocalS3
+from mountctl.local_s3.far_proxy import FarProfile
+from mountctl.local_s3.server import LocalS3
 
 MIB = 1 << 20
 SAMPLE = 110_000  # about one of the bench's JPEGs

@@ -102,8 +102,8 @@ def main() -> int:
     load_before = open("/proc/loadavg").read().split()[:3]
     home = tempfile.mkdtemp(prefix="index-scale-home-")
     os.environ["MOUNTCTL_HOME"] = home
-    from mountctl.far_proxy import FarProfile
-    from mountctl.local_s3 import LocalS3
+    from mountctl.local_s3.far_proxy import FarProfile
+    from mountctl.local_s3.server import LocalS3
     from mountctl.pytorch.data.manifest import from_json_text
     from mountctl.s3 import client as s3_client
 

@@ -25,7 +25,7 @@ import time
 from scratch_server import scratch_server
 
 from mountctl import Mount, MountSpec, backends
-from mountctl.far_proxy import FarProfile, FarProxy
+from mountctl.local_s3.far_proxy import FarProfile, FarProxy
 from mountctl.pytorch.data.index_mount import object_list_under
 from mountctl.shared import ObjectsView
 
@@ -70,7 +70,7 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=128 * 1024)
     parser.add_argument("--backend", action="append", default=[])
     parser.add_argument("--latency-ms", type=float, default=20.0)
-    parser.add_argument("--warm", action="store_true", help="warm the cache (mountctl.warm) before epoch 1")
+    parser.add_argument("--warm", action="store_true", help="warm the cache (mountctl.mounts.warm) before epoch 1")
     parser.add_argument("--extra-arg", action="append", default=[], help="BACKEND=ARG, passed as is")
     parser.add_argument("--before", action="store_true", help="also run without the per-open flags")
     parser.add_argument("--show", type=int, default=0, help="print the first N requests of each pass")
@@ -101,7 +101,7 @@ def main() -> None:
                     mount = ObjectsView(mounted) if objects else mounted
                     _, seen = _requests(proxy, 0)
                     if args.warm:
-                        from mountctl.warm import warm
+                        from mountctl.mounts.warm import warm
 
                         started = time.perf_counter()
                         report = warm(mount.path, names)

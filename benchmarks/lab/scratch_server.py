@@ -15,7 +15,7 @@ import tempfile
 from collections.abc import Iterator
 from typing import Any
 
-from mountctl.local_s3 import LocalS3
+from mountctl.local_s3.server import LocalS3
 from mountctl.s3 import S3Settings
 from mountctl.s3 import client as s3_client
 

@@ -25,9 +25,9 @@ from typing import Any
 from scratch_server import scratch_server
 
 from mountctl import Mount, MountSpec
-from mountctl.far_proxy import FarProfile, FarProxy
+from mountctl.local_s3.far_proxy import FarProfile, FarProxy
+from mountctl.mounts.warm import Warmer
 from mountctl.s3 import S3Settings
-from mountctl.warm import Warmer
 
 
 def _jpeg(seed: int) -> bytes:

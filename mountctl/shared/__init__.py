@@ -11,10 +11,10 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
-from ..handle import MountHandle
-from ..mount import Mount, set_default_guard
+from ..mounts.handle import MountHandle
+from ..mounts.mount import Mount, set_default_guard
+from ..mounts.spec import MountSpec
 from ..s3 import S3Settings, resolve
-from ..spec import MountSpec
 from .client import RegistryGuard, SharedMount, acquire, default_mount_dir, release, request_unmount
 from .registry import MountRecord, Registry
 from .status import status

@@ -22,17 +22,17 @@ import time
 from typing import Any
 
 from .. import errors, paths
-from ..backends import get_backend
 from ..backoff import outage_bound_s
 from ..errors import AlreadyMounted, MountctlError, MountFailed, MountTimeout
-from ..fusectl import force_clear
-from ..health import Health, mount_health
-from ..mounttable import find_mount
+from ..mounts.backends import get_backend
+from ..mounts.fusectl import force_clear
+from ..mounts.health import Health, mount_health
+from ..mounts.mounttable import find_mount
+from ..mounts.spec import MountSpec
+from ..mounts.watchdog import WATCHDOG_INTERVAL_S
 from ..processes import process_alive, process_identity
 from ..s3 import S3Settings, parse_s3_uri, resolve
-from ..spec import MountSpec
 from ..teardown import track, untrack
-from ..watchdog import WATCHDOG_INTERVAL_S
 from .registry import MountRecord, Registry
 
 __all__ = ["SharedMount", "acquire", "refuse_nested_records", "release", "request_unmount", "clear_abandoned", "default_mount_dir",

@@ -32,7 +32,7 @@ from prometheus_client.core import CollectorRegistry, CounterMetricFamily, Gauge
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 from ..errors import MountctlError
-from ..health import HEALTH_STATES, SERVING_STATES
+from ..mounts.health import HEALTH_STATES, SERVING_STATES
 from .registry import SHARED_STATES
 from .snapshot import StatusSnapshot
 from .status import status

@@ -1,7 +1,7 @@
 """The figures of one shared mount, computed once for ``mountctl status --json`` and the exporter alike.
 
 Everything here is bounded: the health probe runs where a timeout can abandon it
-(``mountctl.health``), the program's remote control is asked over a socket with
+(``mountctl.mounts.health``), the program's remote control is asked over a socket with
 a timeout, and the cache is measured on the local disk, never through the mount.
 What each program can say for itself differs: rclone answers ``vfs/stats`` and
 serves its own Prometheus metrics on a private unix socket; s3fs-fuse has no
@@ -19,9 +19,9 @@ import socket
 from collections.abc import Callable
 from typing import Any
 
-from ..backends import get_backend, rclone_rc_socket
-from ..cache import mount_cache_dir
-from ..health import SERVING_STATES, mount_health
+from ..mounts.backends import get_backend, rclone_rc_socket
+from ..mounts.cache import mount_cache_dir
+from ..mounts.health import SERVING_STATES, mount_health
 from ..processes import pid_running, process_alive
 from .registry import MountRecord
 
@@ -109,7 +109,7 @@ def combine(row: dict[str, Any], probed: dict[str, Any] | None) -> dict[str, Any
 
 
 def _warm_state(record: MountRecord) -> dict[str, str] | None:
-    """The last word of the warm asked for at mount (``mountctl.warm``): warming, warmed, warm-incomplete or
+    """The last word of the warm asked for at mount (``mountctl.mounts.warm``): warming, warmed, warm-incomplete or
     warm-skipped with its summary; None when none was asked for."""
     for event in reversed(record.events):
         if str(event.get("event", "")).startswith("warm"):

@@ -22,7 +22,7 @@ from typing import Any, Literal, get_args
 
 from .. import paths
 from ..errors import RegistryError
-from ..watchdog import WATCHDOG_INTERVAL_S
+from ..mounts.watchdog import WATCHDOG_INTERVAL_S
 
 __all__ = ["Registry", "MountRecord", "SharedState", "SHARED_STATES"]
 

@@ -20,10 +20,10 @@ import time
 from typing import Any
 
 from ..errors import MountctlError
-from ..mount import Mount
+from ..mounts.mount import Mount
+from ..mounts.spec import MountSpec
 from ..processes import process_alive
 from ..redaction import redact
-from ..spec import MountSpec
 from .registry import MountRecord, Registry
 
 log = logging.getLogger("mountctl")

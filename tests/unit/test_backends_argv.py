@@ -7,10 +7,10 @@ import stat
 
 import pytest
 
-from mountctl.backends import BACKENDS, MountS3, Rclone, S3fsFuse, choose_backend
 from mountctl.errors import BackendNotFound
+from mountctl.mounts.backends import BACKENDS, MountS3, Rclone, S3fsFuse, choose_backend
+from mountctl.mounts.spec import MountSpec
 from mountctl.s3 import S3Settings
-from mountctl.spec import MountSpec
 
 SECRET = "unit-test-secret-value"
 LOCAL = S3Settings(endpoint_url="http://127.0.0.1:9", region="eu-west-1", access_key_id="AKUNIT",
@@ -86,7 +86,7 @@ def test_extra_args_reach_only_their_program(tmp_path):
 
 def test_a_missing_program_names_itself_and_how_to_install_it(monkeypatch):
     monkeypatch.undo()  # restore the real `executable` so the lookup really runs
-    monkeypatch.setattr("mountctl.backends.find_program", lambda name: None)
+    monkeypatch.setattr("mountctl.mounts.backends.base.find_program", lambda name: None)
     with pytest.raises(BackendNotFound, match="apt-get install s3fs") as info:
         choose_backend("s3fs")
     assert info.value.program == "s3fs"
@@ -112,27 +112,28 @@ def test_s3fs_spells_ownership_as_options(tmp_path):
     (("s3fs",), "s3fs"),
 ])
 def test_auto_prefers_mount_s3_then_rclone_then_s3fs(monkeypatch, installed, chosen):
-    import mountctl.backends
+    from mountctl.mounts.backends import base
 
     # Which programs are on PATH is a path lookup, not a component: answer it from the case.
-    monkeypatch.setattr(mountctl.backends, "find_program",
+    monkeypatch.setattr(base, "find_program",
                         lambda program: f"/usr/bin/{program}" if program in installed else None)
     assert choose_backend("auto").name == chosen
 
 
 def test_auto_without_any_program_names_all_three(monkeypatch):
-    import mountctl.backends
+    from mountctl.mounts.backends import base
 
-    monkeypatch.setattr(mountctl.backends, "find_program", lambda program: None)
+    monkeypatch.setattr(base, "find_program", lambda program: None)
     with pytest.raises(BackendNotFound, match="mount-s3, rclone, s3fs"):
         choose_backend("auto")
 
 
 def _free_mb(monkeypatch, value: int) -> None:
-    import mountctl.backends
+    from mountctl.mounts.backends import base, s3fs
 
     # The free space of the cache disk is the one input from the machine; give it per case.
-    monkeypatch.setattr(mountctl.backends, "free_mb", lambda path: value)
+    for module in (base, s3fs):
+        monkeypatch.setattr(module, "free_mb", lambda path: value)
 
 
 def test_rclone_cache_cap_is_never_more_than_half_the_free_disk(monkeypatch):

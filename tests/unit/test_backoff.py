@@ -67,7 +67,7 @@ def test_other_answers_are_left_to_the_clients_own_policy():
 
 
 def test_the_far_proxy_answers_slowdown_only_when_asked():
-    from mountctl.far_proxy import FarProfile, render_config
+    from mountctl.local_s3.far_proxy import FarProfile, render_config
 
     def config(**profile) -> str:
         return render_config(FarProfile(**profile), upstream="127.0.0.1:1", port=2, workdir="/w", modules_dir="/m")

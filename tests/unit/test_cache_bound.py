@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mountctl.cache import MIN_CACHE_MB, cache_bound_mb, mount_cache_dir
+from mountctl.mounts.cache import MIN_CACHE_MB, cache_bound_mb, mount_cache_dir
 
 MIB, GIB = 1 << 20, 1 << 30
 
@@ -32,7 +32,7 @@ def test_each_mount_directory_gets_its_own_cache_directory():
 
 
 def test_every_program_gets_at_most_half_the_free_disk_and_leaves_the_other_half_free():
-    from mountctl.cache import plan_cache
+    from mountctl.mounts.cache import plan_cache
 
     plan, note = plan_cache("/c", 5000, free=1000)
     assert plan is not None and plan.size_mb == 500 and plan.keep_free_mb == 500
@@ -42,17 +42,17 @@ def test_every_program_gets_at_most_half_the_free_disk_and_leaves_the_other_half
 
 
 def test_a_disk_too_small_for_a_cache_says_so_instead_of_caching():
-    from mountctl.cache import plan_cache
+    from mountctl.mounts.cache import plan_cache
 
     plan, note = plan_cache("/small", 200, free=64)
     assert plan is None and "no data cache" in note and "/small has 64 MiB free" in note
 
 
 def test_the_automatic_size_that_turns_the_cache_off_says_so(tmp_path, monkeypatch, caplog):
-    import mountctl.cache
-    from mountctl.cache import cache_options
+    import mountctl.mounts.cache
+    from mountctl.mounts.cache import cache_options
 
-    monkeypatch.setattr(mountctl.cache, "free_mb", lambda path: 64)
+    monkeypatch.setattr(mountctl.mounts.cache, "free_mb", lambda path: 64)
     with caplog.at_level("WARNING", logger="mountctl"):
         assert cache_options(147 * MIB, str(tmp_path)) == {}
     assert [r.getMessage() for r in caplog.records if "no data cache" in r.getMessage()]

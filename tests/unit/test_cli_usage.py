@@ -45,9 +45,9 @@ def test_the_package_version_is_read_from_mountctl_itself():
 
 
 def test_backend_names_have_one_source():
-    from mountctl.backends import BACKENDS
     from mountctl.cli import _parser
-    from mountctl.spec import BACKEND_NAMES
+    from mountctl.mounts.backends import BACKENDS
+    from mountctl.mounts.spec import BACKEND_NAMES
 
     assert BACKEND_NAMES[0] == "auto" and set(BACKEND_NAMES[1:]) == set(BACKENDS)
     mount = _parser()._subparsers._group_actions[0].choices["mount"]

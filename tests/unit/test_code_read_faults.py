@@ -14,8 +14,8 @@ import time
 import pytest
 
 from mountctl import Mount, MountSpec, StaleMount, paths
-from mountctl.fusectl import UnmountResult
-from mountctl.mounttable import MountEntry
+from mountctl.mounts.fusectl import UnmountResult
+from mountctl.mounts.mounttable import MountEntry
 from mountctl.processes import process_identity
 from mountctl.shared.client import clear_abandoned
 from mountctl.shared.registry import MountRecord, Registry
@@ -98,7 +98,7 @@ def test_supervisor_shutdown_stops_the_mount_and_removes_its_record_whatever_fai
 
 
 def test_mount_stop_says_so_when_the_forced_clear_fails(tmp_path, monkeypatch):
-    mount_module = sys.modules["mountctl.mount"]  # the package's `mount` attribute is the function
+    mount_module = sys.modules["mountctl.mounts.mount"]
 
     entry = MountEntry(mount_id=1, device="0:99", mount_point=str(tmp_path / "m"), fs_type="fuse.rclone",
                        source="r:", options="rw")

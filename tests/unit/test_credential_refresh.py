@@ -8,8 +8,8 @@ import os
 import pytest
 
 from mountctl import s3
-from mountctl.health import AuthWatch
-from mountctl.resilient import ResilientReader
+from mountctl.mounts.health import AuthWatch
+from mountctl.mounts.resilient import ResilientReader
 from mountctl.s3 import CHAIN_PROFILE_VARIABLE, refresh_credentials, resolve
 
 
@@ -193,8 +193,8 @@ def _process_profile(tmp_path, monkeypatch, key: str = "PROCKEY1") -> None:
 
 
 def test_a_role_based_chain_is_passed_to_the_programs_instead_of_its_keys(tmp_path, monkeypatch):
-    from mountctl.backends import Rclone
-    from mountctl.spec import MountSpec
+    from mountctl.mounts.backends import Rclone
+    from mountctl.mounts.spec import MountSpec
 
     _process_profile(tmp_path, monkeypatch)
     settings = resolve(endpoint_url="http://127.0.0.1:9")

@@ -10,21 +10,21 @@ from prometheus_client.core import CollectorRegistry
 from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from mountctl.backends import (
+from mountctl.cli import _parser
+from mountctl.errors import InvalidSpec, MountctlError
+from mountctl.mounts.backends import (
     BACKENDS,
     mount_s3_memory_flags,
     rclone_memory_flags,
     s3fs_memory_options,
 )
-from mountctl.cli import _parser
-from mountctl.errors import InvalidSpec, MountctlError
+from mountctl.mounts.spec import MountSpec
 from mountctl.processes import process_identity
 from mountctl.s3 import S3Settings
 from mountctl.shared.client import sharing_identity
 from mountctl.shared.exporter import STATES, MountCollector, parse_listen, readiness
 from mountctl.shared.metrics import mount_figures, program_memory
 from mountctl.shared.registry import MountRecord
-from mountctl.spec import MountSpec
 
 MIB = 1 << 20
 
@@ -32,7 +32,7 @@ MIB = 1 << 20
 def _record(tmp_path, **changes) -> MountRecord:
     spec = MountSpec(uri="s3://data/train/", mount_dir=str(tmp_path / "m"), backend="s3fs",
                      cache_dir=str(tmp_path / "cache"), cache_size_mb=100, memory_mb=256)
-    from mountctl.cache import mount_cache_dir
+    from mountctl.mounts.cache import mount_cache_dir
 
     cache = {"cache_dir": spec.cache_dir, "cache_size_mb": 100, "keep_free_mb": 16,
              "path": mount_cache_dir(spec.cache_dir, spec.mount_dir)}
@@ -63,7 +63,7 @@ def test_a_recovering_mount_is_down_with_one_state_series_per_state_and_its_rest
 
 
 def test_cache_bytes_count_the_mounts_own_cache_directory(tmp_path):
-    from mountctl.cache import mount_cache_dir
+    from mountctl.mounts.cache import mount_cache_dir
 
     record = _record(tmp_path)
     own = mount_cache_dir(str(tmp_path / "cache"), record.mount_dir)

@@ -7,7 +7,7 @@ import os
 import pytest
 
 from mountctl.errors import InvalidSpec
-from mountctl.far_proxy import FarProfile, FarProxy, render_config
+from mountctl.local_s3.far_proxy import FarProfile, FarProxy, render_config
 
 
 def _render(profile: FarProfile, workdir: str = "/w/far") -> str:
@@ -95,8 +95,8 @@ def test_a_proxy_that_never_started_has_no_endpoint_and_stops_as_a_no_op(tmp_pat
 
 def test_a_missing_nginx_names_the_debian_packages_and_setup(tmp_path, monkeypatch):
     """A stand-in for a machine without nginx: this one has it, so the lookup is made to find nothing."""
-    from mountctl import far_proxy
     from mountctl.errors import LocalS3Error
+    from mountctl.local_s3 import far_proxy
 
     monkeypatch.setattr(far_proxy, "find_nginx", lambda: None)
     with pytest.raises(LocalS3Error, match="nginx-light.*libnginx-mod-http-lua.*scripts/setup.sh"):
@@ -106,8 +106,8 @@ def test_a_missing_nginx_names_the_debian_packages_and_setup(tmp_path, monkeypat
 
 def test_a_missing_lua_module_is_named_before_nginx_runs(tmp_path, monkeypatch):
     """A stand-in for nginx without its Lua module: the modules directory is pointed at an empty one."""
-    from mountctl import far_proxy
     from mountctl.errors import LocalS3Error
+    from mountctl.local_s3 import far_proxy
 
     monkeypatch.setattr(far_proxy, "_modules_dir", lambda nginx: str(tmp_path))
     with pytest.raises(LocalS3Error, match="Lua module.*libnginx-mod-http-lua"):

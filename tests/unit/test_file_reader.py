@@ -86,7 +86,7 @@ def test_mount_cache_is_sized_from_the_manifest_total_with_no_list(tmp_path, mon
     from types import SimpleNamespace
 
     import mountctl
-    from mountctl.cache import cache_bound_mb, free_mb
+    from mountctl.mounts.cache import cache_bound_mb, free_mb
     from mountctl.pytorch.data.sources import mountpoint
 
     asked = {}

@@ -16,7 +16,7 @@ from types import SimpleNamespace
 import pytest
 
 from mountctl.errors import LocalS3Error
-from mountctl.local_s3_identities import _shell
+from mountctl.local_s3.identities import _shell
 from mountctl.redaction import remember_secret
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from mountctl.cli import main as mountctl_main
 from mountctl.errors import InvalidSpec, MountctlError
-from mountctl.far_proxy import FarProfile, render_config
+from mountctl.local_s3.far_proxy import FarProfile, render_config
 from mountctl.pytorch.cli import main as resnet_main
 from mountctl.shared.exporter import address_family, readiness
 

@@ -8,7 +8,7 @@ import os
 import subprocess
 import sys
 
-from mountctl import local_s3_owners as owners
+from mountctl.local_s3 import owners
 from mountctl.processes import process_identity
 
 

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from mountctl.errors import LocalS3Error
-from mountctl.local_s3 import LocalS3
+from mountctl.local_s3.server import LocalS3
 
 
 def test_a_server_that_dies_at_once_is_a_clear_error_not_a_traceback(tmp_path):
@@ -89,7 +89,7 @@ def test_a_signal_just_after_the_server_starts_stops_it(tmp_path, monkeypatch, s
 def test_a_signal_between_the_start_and_the_owner_count_stops_the_server(tmp_path, monkeypatch, stand_in_weed):
     """SIGTERM's SystemExit after a run's hold started the server but before it counted itself an owner: no
     run would ever stop that server, so the hold stops it (a patch raises it there, as above)."""
-    from mountctl import local_s3
+    from mountctl.local_s3 import server as local_s3
 
     monkeypatch.setattr(LocalS3, "_wait_until_serving", lambda self, child, timeout_s, endpoint: None)
     monkeypatch.setattr(LocalS3, "_ensure_buckets", lambda self, buckets, timeout_s: None)

@@ -27,7 +27,7 @@ def test_a_server_that_survives_sigkill_is_reported_not_raised_as_psutil_error(t
 
 
 def test_server_ports_avoid_the_kernels_ephemeral_range():
-    from mountctl.local_s3 import port_candidates
+    from mountctl.local_s3.server import port_candidates
 
     for low, high in [(32768, 60999), (49152, 65535), (1024, 65535)]:
         candidates = port_candidates((low, high))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mountctl.mounttable import read_mount_table
+from mountctl.mounts.mounttable import read_mount_table
 
 SAMPLE = (
     "22 1 253:0 / / rw,relatime shared:1 - ext4 /dev/vda rw\n"

@@ -8,7 +8,7 @@ import stat
 import pytest
 
 from mountctl import InvalidSpec, ListedObject, MountSpec, read_object_list, write_object_list
-from mountctl.backends import MountS3
+from mountctl.mounts.backends import MountS3
 from mountctl.s3 import S3Settings
 
 
@@ -51,7 +51,7 @@ def test_a_list_is_mounted_read_only_by_mount_s3_under_one_directory(tmp_path):
 
 
 def test_a_missing_list_is_named_before_mount_s3_starts(tmp_path, monkeypatch):
-    monkeypatch.setattr("mountctl.backends.bundled_mount_s3", lambda: "/opt/ours/mount-s3")
+    monkeypatch.setattr("mountctl.mounts.backends.mount_s3.bundled_mount_s3", lambda: "/opt/ours/mount-s3")
     spec = MountSpec(uri="s3://bkt/shards/", mount_dir="/m", objects=str(tmp_path / "none.tsv"))
     with pytest.raises(InvalidSpec, match="none.tsv does not exist"):
         MountS3().command(spec, S3Settings(endpoint_url="http://127.0.0.1:9", region="us-east-1"), str(tmp_path))
@@ -59,7 +59,7 @@ def test_a_missing_list_is_named_before_mount_s3_starts(tmp_path, monkeypatch):
 
 def test_mount_s3_gets_the_list_and_its_directory(tmp_path, monkeypatch):
     objects = write_object_list([ListedObject("x.tar", "e", 5)])
-    monkeypatch.setattr("mountctl.backends.bundled_mount_s3", lambda: "/opt/ours/mount-s3")
+    monkeypatch.setattr("mountctl.mounts.backends.mount_s3.bundled_mount_s3", lambda: "/opt/ours/mount-s3")
     spec = MountSpec(uri="s3://bkt/shards/", mount_dir="/m", objects=objects)
     argv = MountS3().command(spec, S3Settings(endpoint_url="http://127.0.0.1:9", region="us-east-1"), str(tmp_path))
     assert argv[0] == "/opt/ours/mount-s3"  # AWS's mount-s3 has no --manifest: ours, even where AWS's is installed

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from mountctl.backends import Rclone, S3fsFuse
 from mountctl.cli import main
 from mountctl.errors import InvalidSpec
+from mountctl.mounts.backends import Rclone, S3fsFuse
+from mountctl.mounts.spec import MountSpec
+from mountctl.mounts.warm import WarmReport, read_listing
 from mountctl.s3 import S3Settings
-from mountctl.spec import MountSpec
-from mountctl.warm import WarmReport, read_listing
 
 LOCAL = S3Settings(endpoint_url="http://127.0.0.1:9", region="eu-west-1", access_key_id="AKUNIT",
                    secret_access_key="unit-secret")
@@ -17,7 +17,7 @@ LOCAL = S3Settings(endpoint_url="http://127.0.0.1:9", region="eu-west-1", access
 
 @pytest.fixture
 def programs(monkeypatch):
-    monkeypatch.setattr("mountctl.backends.find_program", lambda name: f"/usr/bin/{name}")
+    monkeypatch.setattr("mountctl.mounts.backends.base.find_program", lambda name: f"/usr/bin/{name}")
 
 
 def _spec(tmp_path, **options) -> MountSpec:
@@ -78,7 +78,7 @@ def test_a_warm_report_is_complete_only_when_every_file_was_read():
 
 
 def test_the_far_proxy_logs_requests_only_when_asked(tmp_path):
-    from mountctl.far_proxy import FarProfile, render_config
+    from mountctl.local_s3.far_proxy import FarProfile, render_config
 
     def conf(log_requests: bool) -> str:
         return render_config(FarProfile(), upstream="127.0.0.1:8333", port=9000, workdir=str(tmp_path),

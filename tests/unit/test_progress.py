@@ -16,8 +16,8 @@ import threading
 import time
 from collections.abc import Iterator
 
-from mountctl.health import SERVING_STATES, Health
-from mountctl.progress import ProgressMark, made_progress, progress_mark
+from mountctl.mounts.health import SERVING_STATES, Health
+from mountctl.mounts.progress import ProgressMark, made_progress, progress_mark
 
 # Each child says "ready" on stderr once its interpreter has started, and only then does what it stands for,
 # so that no mark counts the start-up as progress.

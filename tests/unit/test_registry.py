@@ -11,12 +11,12 @@ import threading
 import pytest
 
 from mountctl.errors import RegistryError
+from mountctl.mounts.spec import MountSpec
 from mountctl.processes import process_identity
 from mountctl.s3 import S3Settings
 from mountctl.shared.client import acquire, sharing_identity
 from mountctl.shared.registry import MAX_EVENTS, MountRecord, Registry
 from mountctl.shared.supervisor import _published, _stopping_as_nobody_holds
-from mountctl.spec import MountSpec
 
 
 def _record(mount_dir: str = "/m") -> MountRecord:

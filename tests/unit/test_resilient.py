@@ -8,7 +8,7 @@ import time
 import pytest
 
 from mountctl import open_resilient
-from mountctl.resilient import RETRYABLE_ERRNOS, ResilientReader
+from mountctl.mounts.resilient import RETRYABLE_ERRNOS, ResilientReader
 
 
 @pytest.fixture
@@ -112,7 +112,7 @@ def test_giving_up_after_the_bound_names_the_bound_and_how_to_raise_it(data_file
 
 
 def test_the_outage_bound_is_configurable(monkeypatch, data_file):
-    from mountctl.resilient import outage_bound_s
+    from mountctl.mounts.resilient import outage_bound_s
 
     assert outage_bound_s() == 120.0
     monkeypatch.setenv("MOUNTCTL_OUTAGE_BOUND_S", "300")
@@ -123,7 +123,7 @@ def test_the_outage_bound_is_configurable(monkeypatch, data_file):
 
 
 def test_a_stalled_read_is_reported_once_and_its_recovery_once(data_file, caplog):
-    from mountctl import resilient
+    from mountctl.mounts import resilient
 
     watch = resilient._StallWatch(notice_s=0.3)
     reader = ResilientReader(str(data_file))

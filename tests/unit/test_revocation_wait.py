@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import pytest
 from botocore.exceptions import ClientError
 
-import mountctl.local_s3_identities as identities
+import mountctl.local_s3.identities as identities
 import mountctl.s3
 from mountctl.errors import LocalS3Error
 

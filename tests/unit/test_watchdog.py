@@ -10,8 +10,8 @@ import subprocess
 import threading
 import time
 
-from mountctl.health import Health
-from mountctl.watchdog import Watchdog
+from mountctl.mounts.health import Health
+from mountctl.mounts.watchdog import Watchdog
 
 
 class Stand:

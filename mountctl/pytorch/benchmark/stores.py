@@ -2,7 +2,7 @@
 
 Loopback SeaweedFS answers in microseconds at GB/s; S3 takes tens of ms to the
 first byte and gives 50-100 MB/s per connection.  ``far`` puts a ``FarProxy``
-(``mountctl/far_proxy.py``) in front of the same endpoint, so the same bucket
+(``mountctl/local_s3/far_proxy.py``) in front of the same endpoint, so the same bucket
 and bytes are read as a user on S3 would read them.  An endpoint that is not on
 this machine (AWS, or any non-loopback address) is far by nature: it is
 recorded as ``remote`` and no proxy is started.

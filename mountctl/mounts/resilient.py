@@ -42,9 +42,9 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from .abandonable import AbandonableCaller
-from .backoff import OUTAGE_BOUND_ENV, outage_bound_s
-from .errors import ObjectChanged
+from ..abandonable import AbandonableCaller
+from ..backoff import OUTAGE_BOUND_ENV, outage_bound_s
+from ..errors import ObjectChanged
 from .mounttable import covering_mount, find_mount
 from .object_version import VersionPin
 

@@ -8,9 +8,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import InvalidSpec
+from ..errors import InvalidSpec
+from ..s3 import check_endpoint, parse_s3_uri
 from .object_list import objects_directory_name
-from .s3 import check_endpoint, parse_s3_uri
 
 __all__ = ["MountSpec", "canonical_dir", "BACKEND_NAMES", "MIN_MEMORY_MB"]
 

@@ -21,11 +21,8 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from . import scratch
-from .backends import BACKENDS, Backend, choose_backend
-from .backoff import OUTAGE_BOUND_ENV, outage_bound_s
-from .cache import CachePlan, plan_cache, prepare_mount_cache, remove_mount_cache
-from .errors import (
+from ..backoff import OUTAGE_BOUND_ENV, outage_bound_s
+from ..errors import (
     AlreadyMounted,
     CredentialsError,
     MountctlError,
@@ -35,16 +32,19 @@ from .errors import (
     MountTimeout,
     StaleMount,
 )
+from ..logs import tail
+from ..processes import kill_group
+from ..redaction import redact
+from ..s3 import S3Settings, check_bucket_access, refresh_credentials, resolve, store_throttling
+from ..teardown import spawn_with_parent_death_signal, track, untrack
+from . import scratch
+from .backends import BACKENDS, Backend, choose_backend
+from .cache import CachePlan, plan_cache, prepare_mount_cache, remove_mount_cache
 from .fusectl import force_clear, unmount
 from .health import AuthWatch, Health, mount_health
-from .logs import tail
 from .mounttable import MountEntry, find_mount, read_mount_table
 from .probe import probe_path
-from .processes import kill_group
-from .redaction import redact
-from .s3 import S3Settings, check_bucket_access, refresh_credentials, resolve, store_throttling
 from .spec import MountSpec
-from .teardown import spawn_with_parent_death_signal, track, untrack
 from .warm import Warmer, WarmReport, cache_budget_bytes, read_listing
 from .watchdog import MAX_RESTARTS, WATCHDOG_INTERVAL_S, Watchdog
 
@@ -274,7 +274,7 @@ class Mount:
             return self
 
     def _start_warm(self, names: list[str] | None) -> None:
-        """Read the listed files into the program's cache in the background (``mountctl.warm``)."""
+        """Read the listed files into the program's cache in the background (``mountctl.mounts.warm``)."""
         budget = cache_budget_bytes(self._cache_plan.size_mb if self._cache_plan else None)
         if budget is None:
             self.report("warm-skipped", "the mount has no data cache to warm: give it cache_dir (--cache-dir)")

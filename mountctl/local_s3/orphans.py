@@ -13,8 +13,8 @@ import json
 import os
 from collections.abc import Iterable
 
-from . import paths
-from .errors import MountctlError
+from .. import paths
+from ..errors import MountctlError
 from .far_proxy import FarProxy
 
 __all__ = ["stop_orphans"]
@@ -54,7 +54,7 @@ def stop_orphans(roots: Iterable[str] | None = None) -> list[str]:
     ``roots`` limits the search to working directories under them (this ``$MOUNTCTL_HOME``'s
     server is always looked at).
     """
-    from .local_s3 import LocalS3
+    from .server import LocalS3
 
     scope = tuple(os.path.abspath(root) for root in roots) if roots is not None else None
     cleared: list[str] = []

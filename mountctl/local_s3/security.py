@@ -26,7 +26,7 @@ the volume's ``/status`` (volume ids, sizes, collections, which are the bucket n
 health and metrics pages: no object names, no bytes.  No setting of weed closes them
 (docs/security.md).
 
-Our own ``weed shell`` (``local_s3_identities``) runs in the same dir and so reads the
+Our own ``weed shell`` (``identities``) runs in the same dir and so reads the
 same file.  Keys and certificates are new at every start: nothing outside the server needs them.
 """
 
@@ -36,7 +36,7 @@ import datetime
 import os
 import secrets
 
-from .paths import write_private
+from ..paths import write_private
 
 __all__ = ["write_security_config", "SECURITY_FILE", "CLOSING_FLAGS", "SERVER_UMASK"]
 
@@ -90,7 +90,7 @@ def write_security_config(server_dir: str) -> str:
     files = {"ca.crt": ca_pem, "node.crt": cert_pem, "node.key": key_pem}
     for name, content in files.items():
         write_private(os.path.join(tls, name), content)
-    lines = ["# written by mountctl.local_s3_security at each start; see docs/security.md", ""]
+    lines = ["# written by mountctl.local_s3.security at each start; see docs/security.md", ""]
     for section in _JWT_SECTIONS:
         lines += [f"[{section}]", f'key = "{secrets.token_urlsafe(32)}"', "expires_after_seconds = 60", ""]
     lines += ["[access]", "ui = false", ""]  # the volume's /ui/index.html (the master's page ignores it)

@@ -2,8 +2,8 @@
 
 One server per ``$MOUNTCTL_HOME``.  Its state lives in ``local-s3/`` there
 (0700): data, generated credentials (0600), the server's identities file
-(0600), ``security.toml`` and ``tls/`` (``local_s3_security``: weed's own ports closed
-to other local users), the runs that hold it (``owners.json``, ``local_s3_owners``),
+(0600), ``security.toml`` and ``tls/`` (``security``: weed's own ports closed
+to other local users), the runs that hold it (``owners.json``, ``owners``),
 the pid and ports of the running server, its output (``weed.log``) and
 weed's own rotated log files (``logs/``; weed would put them in /tmp).  With the far
 profile a ``far_proxy.FarProxy`` runs in front of it from ``far-proxy/`` there, and the
@@ -32,20 +32,20 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-from . import local_s3_owners as owners
-from . import paths
-from .errors import LocalS3Error
+from .. import paths
+from ..errors import LocalS3Error
+from ..logs import tail
+from ..paths import write_private_json
+from ..programs import find_program
+from ..redaction import remember_secret
+from ..s3 import DEFAULT_REGION, S3Settings
+from ..s3 import client as s3_client
+from ..teardown import install_signal_handlers
+from . import owners
 from .far_proxy import FarProfile, FarProxy
-from .local_s3_security import CLOSING_FLAGS, SERVER_UMASK, write_security_config
-from .logs import tail
-from .paths import write_private_json
 from .ports import GRPC_OFFSET as _GRPC_OFFSET
 from .ports import ephemeral_range, free_port, port_candidates, port_free
-from .programs import find_program
-from .redaction import remember_secret
-from .s3 import DEFAULT_REGION, S3Settings
-from .s3 import client as s3_client
-from .teardown import install_signal_handlers
+from .security import CLOSING_FLAGS, SERVER_UMASK, write_security_config
 
 # sun_path holds 108 bytes with its NUL; weed binds its sockets itself, so a longer path fails its start.
 _SOCKET_PATH_MAX = 100
@@ -232,14 +232,14 @@ class LocalS3:
 
     def add_identity(self, user: str, access_key: str, secret_key: str, *, timeout_s: float = 30.0) -> None:
         """Add a key live (beside the static one above); returns once the server accepts it."""
-        from .local_s3_identities import add_identity
+        from .identities import add_identity
 
         add_identity(self, user, access_key, secret_key, timeout_s=timeout_s)
 
     def revoke_identity(self, user: str, access_key: str, *, secret_key: str | None = None,
                         timeout_s: float = 30.0) -> None:
         """Revoke a key added with ``add_identity``; returns once the server refuses it."""
-        from .local_s3_identities import revoke_identity
+        from .identities import revoke_identity
 
         revoke_identity(self, user, access_key, secret_key=secret_key, timeout_s=timeout_s)
 
@@ -353,7 +353,7 @@ class LocalS3:
              timeout_s: float = 60.0) -> Iterator[tuple[LocalS3Status, bool]]:
         """Use the server for the block, starting it if needed: yields (status, whether this started it).
 
-        The last holder to leave stops it, unless it is pinned (``local_s3_owners``).  SIGTERM and SIGHUP
+        The last holder to leave stops it, unless it is pinned (``owners``).  SIGTERM and SIGHUP
         leave the block as Ctrl-C does (``teardown``): a run stopped by a scheduler lets go of its hold too.
         """
         install_signal_handlers()
@@ -574,7 +574,7 @@ def uri_or_embedded(uri: str | None, default_uri: str, *, out: TextIO | None = N
     if uri is not None:
         yield uri
         return
-    from .s3 import parse_s3_uri
+    from ..s3 import parse_s3_uri
 
     out = out or sys.stderr
     server = LocalS3()

@@ -5,7 +5,7 @@ file in epoch 1, one file at a time per worker.  When the files are known (a lis
 tree), a pool of readers can fetch them into the mount program's own cache first, many at once,
 so that the loader's opens find them there.  Nothing in the user's code changes.
 
-The reads run in a child process (``python -m mountctl.warm``), never in the caller: a read of a
+The reads run in a child process (``python -m mountctl.mounts.warm``), never in the caller: a read of a
 wedged FUSE mount blocks in the kernel, and only a process can be abandoned and killed.  The child
 is bounded in time, can be cancelled, and is killed with its whole group when either happens.  A
 file that cannot be read (gone from the store, say) is reported, not fatal.  Only what fits in the
@@ -26,9 +26,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .errors import InvalidSpec
-from .processes import kill_group
-from .teardown import spawn_with_parent_death_signal
+from ..errors import InvalidSpec
+from ..processes import kill_group
+from ..teardown import spawn_with_parent_death_signal
 
 __all__ = ["WarmReport", "Warmer", "warm", "read_listing", "cache_budget_bytes", "WARM_ALL", "DEFAULT_WORKERS"]
 
@@ -110,7 +110,7 @@ class Warmer:
         self._started = 0.0
 
     def start(self) -> Warmer:
-        argv = [sys.executable, "-m", "mountctl.warm", self.root, "--workers", str(self.workers)]
+        argv = [sys.executable, "-m", "mountctl.mounts.warm", self.root, "--workers", str(self.workers)]
         if self.budget_bytes is not None:
             argv += ["--budget-bytes", str(self.budget_bytes)]
         if self.names is not None:
@@ -203,7 +203,7 @@ def warm(root: str, names: Iterable[str] | None = None, *, budget_bytes: int | N
     return Warmer(root, names, budget_bytes=budget_bytes, workers=workers, timeout_s=timeout_s).start().wait()
 
 
-# -- the child: python -m mountctl.warm ROOT [--stdin] [--workers N] [--budget-bytes B] ---------------
+# -- the child: python -m mountctl.mounts.warm ROOT [--stdin] [--workers N] [--budget-bytes B] ---------------
 
 
 def _walk(root: str) -> list[str]:
@@ -246,7 +246,7 @@ def _read_one(root: str, name: str) -> int:
 
 
 def _child_main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m mountctl.warm")
+    parser = argparse.ArgumentParser(prog="python -m mountctl.mounts.warm")
     parser.add_argument("root")
     parser.add_argument("--stdin", action="store_true", help="read the file list from stdin")
     parser.add_argument("--workers", type=int, default=DEFAULT_WORKERS)

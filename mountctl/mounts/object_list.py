@@ -17,8 +17,8 @@ import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from .errors import InvalidSpec
-from .paths import private_dir, write_private
+from ..errors import InvalidSpec
+from ..paths import private_dir, write_private
 
 __all__ = ["ListedObject", "write_object_list", "read_object_list", "objects_directory_name"]
 

@@ -7,11 +7,11 @@ import os
 import shutil
 import tempfile
 
-from . import paths
+from .. import paths
+from ..processes import process_alive, process_identity
 from .fusectl import force_clear
 from .mounttable import find_mount
 from .probe import probe_path
-from .processes import process_alive, process_identity
 
 __all__ = ["make_workdir", "remove_workdir", "log_dir", "log_files", "sweep_abandoned_workdirs"]
 

@@ -38,13 +38,13 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from .errors import InvalidSpec, LocalS3Error
-from .logs import tail
-from .paths import lock_within, write_private_json
+from ..errors import InvalidSpec, LocalS3Error
+from ..logs import tail
+from ..paths import lock_within, write_private_json
+from ..processes import process_alive, process_identity
+from ..programs import find_program
+from ..teardown import spawn_with_parent_death_signal
 from .ports import free_port, port_free
-from .processes import process_alive, process_identity
-from .programs import find_program
-from .teardown import spawn_with_parent_death_signal
 
 __all__ = ["FarProfile", "FarProxy", "render_config", "find_nginx", "MAX_LATENCY_MS", "MIN_RATE_MB_S"]
 
@@ -167,7 +167,7 @@ def render_config(profile: FarProfile, *, upstream: str, port: int, workdir: str
         lua = (f"load_module {os.path.join(modules_dir, 'ndk_http_module.so')};\n"
                f"load_module {os.path.join(modules_dir, 'ngx_http_lua_module.so')};\n")
         delay = f"            access_by_lua_block {{ {_access_lua(profile)} }}\n"
-    return f"""# written by mountctl.far_proxy; every path is under {workdir}
+    return f"""# written by mountctl.local_s3.far_proxy; every path is under {workdir}
 {lua}{_user_line()}daemon off;
 worker_processes auto;
 pid {os.path.join(workdir, _PID)};

@@ -22,7 +22,7 @@ import shutil
 from dataclasses import dataclass
 from typing import Any
 
-from . import paths
+from .. import paths
 
 __all__ = ["cache_bound_mb", "cache_options", "mount_cache_dir", "prepare_mount_cache", "remove_mount_cache",
            "free_mb", "MIN_CACHE_MB", "half_free_mb", "CachePlan", "plan_cache"]

@@ -17,8 +17,8 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from .paths import write_private_json
-from .processes import process_alive, process_identity
+from ..paths import write_private_json
+from ..processes import process_alive, process_identity
 
 __all__ = ["Owners", "read_owners", "join", "leave", "pin"]
 

@@ -10,13 +10,13 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, get_args
 
+from ..processes import pid_running
+from ..redaction import redact
 from .backends import Backend
 from .fusectl import serving_pid
 from .mounttable import find_mount
 from .probe import probe_path
-from .processes import pid_running
 from .progress import made_progress, progress_mark, received_since
-from .redaction import redact
 
 __all__ = ["Health", "HealthState", "HEALTH_STATES", "SERVING_STATES", "mount_health", "AuthWatch"]
 

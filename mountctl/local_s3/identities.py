@@ -22,9 +22,9 @@ import subprocess
 import time
 from typing import Any, Protocol
 
-from .errors import LocalS3Error
-from .paths import write_private_json
-from .redaction import redact, remember_secret
+from ..errors import LocalS3Error
+from ..paths import write_private_json
+from ..redaction import redact, remember_secret
 
 __all__ = ["add_identity", "revoke_identity", "DEFAULT_ACTIONS"]
 
@@ -92,7 +92,7 @@ def _wait_until(server: LocalS3, access_key: str, secret_key: str, *, accepted: 
     """Poll with the key until the server accepts it (or, ``accepted=False``, refuses it)."""
     from botocore.exceptions import ClientError
 
-    from .s3 import S3Settings, _new_client
+    from ..s3 import S3Settings, _new_client
 
     settings = S3Settings(endpoint_url=server.status().endpoint_url, region=server.settings().region,
                           access_key_id=access_key, secret_access_key=secret_key)

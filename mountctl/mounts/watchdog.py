@@ -13,9 +13,9 @@ import time
 from collections import deque
 from typing import Protocol
 
-from .errors import MountDirGone
+from ..errors import MountDirGone
+from ..redaction import redact
 from .health import Health
-from .redaction import redact
 
 __all__ = ["Watchdog", "Watched", "WATCHDOG_INTERVAL_S", "MAX_RESTARTS", "RESTART_WINDOW_S"]
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from .errors import ObjectChanged
-from .s3 import plain_etag
+from ..errors import ObjectChanged
+from ..s3 import plain_etag
 
 __all__ = ["VersionPin", "DEFAULT_REMEDY"]
 

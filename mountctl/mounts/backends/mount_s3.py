@@ -1,0 +1,137 @@
+"""Mountpoint for Amazon S3 (``mount-s3``): its command line, memory bound and version rules.
+
+AWS's own mount-s3 where installed, else mountctl's build on AWS's crates (``mount-s3/``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+from ...errors import BackendNotFound
+from ...programs import bundled_mount_s3
+from ...s3 import S3Settings
+from ..mounttable import MountEntry
+from ..object_list import read_object_list
+from ..spec import MountSpec
+from .base import Backend, cache_plan, flag_value, ownership_flags, set_flag
+
+__all__ = ["MountS3", "mount_s3_memory_flags", "describe_mount_s3", "mount_s3_takes_read_part_size",
+           "MOUNT_S3_MIN_MEMORY_MB", "MOUNT_S3_READ_PART_BYTES"]
+
+MOUNT_S3_MIN_MEMORY_MB = 512  # mountpoint-s3-fs's MINIMUM_MEM_LIMIT, the least --memory-target it takes
+MOUNT_S3_READ_PART_BYTES = 5 * 1024 * 1024  # the least part size mountpoint-s3-client takes
+_READ_PART_SIZE_SINCE = (1, 8, 0)  # the first AWS mount-s3 release with --read-part-size
+
+
+class MountS3(Backend):
+    """Mountpoint for Amazon S3: AWS's own mount-s3 where installed, else mountctl's build on AWS's crates."""
+
+    name = "mount-s3"
+    program = "mount-s3"
+    install_hint = ("run `bash scripts/setup.sh`, which builds mount-s3 from AWS's published Mountpoint crates, "
+                    "or install AWS's mount-s3 package")
+
+    def version(self, executable: str | None = None) -> str:
+        """``mount-s3 1.x (AWS)`` or ``mount-s3 built from mountpoint-s3-fs X.Y``: which one runs matters."""
+        return describe_mount_s3(super().version(executable))
+
+    def _executable_for(self, spec: MountSpec) -> str:
+        """A list of objects is a flag of mountctl's build only (AWS's mount-s3 has no --manifest)."""
+        if not spec.objects:
+            return self.executable()
+        ours = bundled_mount_s3()
+        if ours is None:
+            raise BackendNotFound("mounting a list of objects needs mountctl's mount-s3 (AWS's has no --manifest), "
+                                  "which is not built: run `bash scripts/setup.sh`", program=self.program)
+        return ours
+
+    def environment(self, spec: MountSpec, settings: S3Settings, workdir: str) -> dict[str, str]:
+        # mount-s3 makes its own directory under --cache but not --cache itself; only this user may enter it.
+        if cache_plan(spec, workdir) is not None:
+            cache = _mount_s3_cache_dir(spec, workdir)
+            os.makedirs(cache, mode=0o700, exist_ok=True)
+            os.chmod(cache, 0o700)
+        return settings.child_env()
+
+    def read_part_size_note(self, executable: str | None = None) -> str:
+        """Empty, or one line on why this mount-s3 reads in its own default parts (an AWS release before 1.8.0)."""
+        line = self.version(executable)
+        if mount_s3_takes_read_part_size(line):
+            return ""
+        return (f"{line} has no --read-part-size (AWS added it in 1.8.0): it reads in its default 8 MiB parts, "
+                "not mountctl's 5 MiB; upgrade AWS's mount-s3 for the faster first reads")
+
+    def command(self, spec: MountSpec, settings: S3Settings, workdir: str) -> list[str]:
+        executable = self._executable_for(spec)
+        argv = [executable, spec.bucket, spec.mount_dir, "--foreground",
+                "--region", settings.region, "--log-directory", os.path.join(workdir, "logs")]
+        if spec.prefix:
+            argv += ["--prefix", spec.prefix]
+        if spec.objects:
+            read_object_list(spec.objects)  # a missing or malformed list is named here, not in mount-s3's log
+            argv += ["--manifest", spec.objects, "--manifest-directory", os.path.basename(spec.data_dir)]
+        if spec.read_only:
+            argv.append("--read-only")
+        else:
+            # Read-write means what it means for rclone and s3fs: a file may be removed too (mount-s3 refuses
+            # unlink without it). Overwrites stay refused: a checkpoint writes a new version (versioned.py).
+            argv.append("--allow-delete")
+        if settings.endpoint_url:
+            # Off AWS the store rarely supports the CRC32 trailers mount-s3 adds to uploads.
+            argv += ["--endpoint-url", settings.endpoint_url, "--force-path-style", "--upload-checksums", "off"]
+        plan = cache_plan(spec, workdir)
+        if plan is not None:
+            # Each mount-s3 process needs a cache directory of its own.
+            argv += ["--cache", _mount_s3_cache_dir(spec, workdir),
+                     "--max-cache-size", str(plan.size_mb)]
+        argv += ["--metadata-ttl", str(int(spec.metadata_ttl_s))]
+        argv += ownership_flags(spec)
+        if not settings.has_credentials:
+            argv.append("--no-sign-request")
+        extra = self._extra(spec)
+        if (not any(flag_value(extra, name) for name in ("--part-size", "--read-part-size"))
+                and not self.read_part_size_note(executable)):
+            # GETs in 5 MiB parts (the least the client takes) rather than 8: the client fetches a file's first
+            # part alone before it knows the size, so a smaller one starts the parallel parts sooner. Far store,
+            # 16 MiB files: one reader 57 MB/s against 46, a whole file 256 ms against 338; a random 110 KB read
+            # unchanged at 36 ms (docs/mount-s3.md "Tuned on the far store"). Uploads keep 8 MiB parts.
+            argv += ["--read-part-size", str(MOUNT_S3_READ_PART_BYTES)]
+        return mount_s3_memory_flags(argv + extra, spec.memory_mb)
+
+    def owns(self, entry: MountEntry) -> bool:
+        return entry.fs_type in ("fuse", "fuse.mountpoint-s3") and entry.source == "mountpoint-s3"
+
+
+def _mount_s3_cache_dir(spec: MountSpec, workdir: str) -> str:
+    return os.path.join(spec.cache_dir or workdir, "mount-s3-cache")
+
+
+def describe_mount_s3(version_line: str) -> str:
+    """AWS's mount-s3 prints ``mount-s3 1.22.0``; ours says what it is built from (mount-s3/src/main.rs)."""
+    if version_line.startswith("mount-s3 built from "):
+        return version_line.split(" (mountctl", 1)[0]
+    if version_line.startswith("mount-s3 "):
+        return f"{version_line} (AWS)"
+    return version_line
+
+
+def mount_s3_takes_read_part_size(version_line: str) -> bool:
+    """False only for AWS's mount-s3 before 1.8.0, which refuses ``--read-part-size`` (and so every mount that
+    passes it); ours and any version line we cannot read take it."""
+    match = re.match(r"mount-s3 (\d+)\.(\d+)\.(\d+)", version_line)
+    if match is None:
+        return True
+    return tuple(int(part) for part in match.groups()) >= _READ_PART_SIZE_SINCE
+
+
+def mount_s3_memory_flags(argv: list[str], memory_mb: int | None) -> list[str]:
+    """mount-s3 under ``memory_mb``: ``--memory-target`` for its memory limiter, which sizes the prefetch
+    window of every open file to fit (its parts come from one paged pool).
+
+    Mountpoint takes no target under 512 MiB (``MINIMUM_MEM_LIMIT``; AWS's CLI refuses one): a smaller bound
+    is raised to that for mount-s3, the least it can keep to. Its ``--max-threads`` counts FUSE threads, not
+    S3 requests, so it is left alone."""
+    if not memory_mb:
+        return argv
+    return set_flag(argv, "--memory-target", str(max(memory_mb, MOUNT_S3_MIN_MEMORY_MB)))

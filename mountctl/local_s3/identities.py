@@ -92,7 +92,8 @@ def _wait_until(server: LocalS3, access_key: str, secret_key: str, *, accepted: 
     """Poll with the key until the server accepts it (or, ``accepted=False``, refuses it)."""
     from botocore.exceptions import ClientError
 
-    from ..s3 import S3Settings, _new_client
+    from ..s3 import S3Settings
+    from ..s3.objects import _new_client
 
     settings = S3Settings(endpoint_url=server.status().endpoint_url, region=server.settings().region,
                           access_key_id=access_key, secret_access_key=secret_key)

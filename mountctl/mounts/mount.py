@@ -35,7 +35,8 @@ from ..errors import (
 from ..logs import tail
 from ..processes import kill_group
 from ..redaction import redact
-from ..s3 import S3Settings, check_bucket_access, refresh_credentials, resolve, store_throttling
+from ..s3 import S3Settings, check_bucket_access, refresh_credentials, resolve
+from ..s3.objects import store_throttling
 from ..teardown import spawn_with_parent_death_signal, track, untrack
 from . import scratch
 from .backends import BACKENDS, Backend, choose_backend

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from ..errors import InvalidSpec
 from ..paths import private_dir, write_private
 
-__all__ = ["ListedObject", "write_object_list", "read_object_list", "objects_directory_name"]
+__all__ = ["ListedObject", "write_object_list", "read_object_list"]
 
 
 @dataclass(frozen=True)
@@ -66,9 +66,3 @@ def read_object_list(path: str) -> list[ListedObject]:
                 raise InvalidSpec(f"object list {path}, line {number}: expected key<TAB>etag<TAB>size")
             found.append(ListedObject(fields[0], fields[1], int(fields[2])))
     return found
-
-
-def objects_directory_name(bucket: str, prefix: str) -> str:
-    """The one directory under the mount point that holds the listed objects: the last part of the prefix, or
-    the bucket (mountpoint-s3-fs puts a manifest's objects in a directory of their own)."""
-    return prefix.rstrip("/").rsplit("/", 1)[-1] or bucket

@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import InvalidSpec
-from ..s3 import check_endpoint, parse_s3_uri
-from .object_list import objects_directory_name
+from ..s3 import parse_s3_uri
+from ..s3.settings import check_endpoint
 
 __all__ = ["MountSpec", "canonical_dir", "BACKEND_NAMES", "MIN_MEMORY_MB"]
 
@@ -161,3 +161,9 @@ class MountSpec:
         for name in (*_BOUNDS, *_RESOURCES, *_AHEAD, "mount_dir", "endpoint_url", "region"):
             data.pop(name)
         return data
+
+
+def objects_directory_name(bucket: str, prefix: str) -> str:
+    """The one directory under the mount point that holds the listed objects: the last part of the prefix, or
+    the bucket (mountpoint-s3-fs puts a manifest's objects in a directory of their own)."""
+    return prefix.rstrip("/").rsplit("/", 1)[-1] or bucket

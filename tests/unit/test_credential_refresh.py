@@ -10,7 +10,8 @@ import pytest
 from mountctl import s3
 from mountctl.mounts.health import AuthWatch
 from mountctl.mounts.resilient import ResilientReader
-from mountctl.s3 import CHAIN_PROFILE_VARIABLE, refresh_credentials, resolve
+from mountctl.s3 import refresh_credentials, resolve
+from mountctl.s3.settings import CHAIN_PROFILE_VARIABLE
 
 
 def _credentials_file(path, key: str, secret: str, profile: str = "job") -> str:

@@ -12,6 +12,7 @@ from mountctl.pytorch.data.indexer import class_tree
 from mountctl.pytorch.data.location import IndexLocation, parse_data_uri
 from mountctl.pytorch.data.manifest import FORMAT, Manifest, ShardInfo, from_json_text
 from mountctl.pytorch.errors import DatasetError
+from mountctl.s3 import StoredObject
 
 
 def _indexed(shards: int = 3, per: int = 2) -> Manifest:
@@ -65,8 +66,9 @@ def test_index_locations(tmp_path):
 
 
 def test_a_class_tree_is_labelled_as_imagefolder_labels_it():
-    listed = {"n10/b.JPEG": (3, "e1"), "n01/z.png": (4, "e2"), "n01/a.jpg": (5, None), "n02/x.txt": (1, None),
-              "readme.md": (1, None), "n01/deeper/c.jpg": (1, None)}
+    listed = {key: StoredObject(size, etag) for key, (size, etag) in {
+        "n10/b.JPEG": (3, "e1"), "n01/z.png": (4, "e2"), "n01/a.jpg": (5, None), "n02/x.txt": (1, None),
+        "readme.md": (1, None), "n01/deeper/c.jpg": (1, None)}.items()}
     tree = class_tree(listed, 224)
     assert tree is not None and tree.classes == ("n01", "n10") and tree.num_classes == 2
     assert [(f.key, f.label, f.etag) for f in tree.files] == [("n01/a.jpg", 0, None), ("n01/z.png", 0, "e2"),

@@ -14,7 +14,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 import mountctl.local_s3.identities as identities
-import mountctl.s3
+import mountctl.s3.objects
 from mountctl.errors import LocalS3Error
 
 REFUSED = ClientError({"Error": {"Code": "InvalidAccessKeyId"}, "ResponseMetadata": {"HTTPStatusCode": 403}},
@@ -51,7 +51,7 @@ def lagging(tmp_path, monkeypatch):
     def make(lag: int) -> LaggingServer:
         server = LaggingServer(str(tmp_path), lag)
         monkeypatch.setattr(identities, "_shell", lambda _server, line, _timeout: server.commands.append(line))
-        monkeypatch.setattr(mountctl.s3, "_new_client", server.client)
+        monkeypatch.setattr(mountctl.s3.objects, "_new_client", server.client)
         monkeypatch.setattr(identities.time, "sleep", lambda _s: None)
         return server
     return make

@@ -11,8 +11,9 @@ import itertools
 import pytest
 from botocore.exceptions import ClientError
 
-import mountctl.s3
-from mountctl.s3 import S3Settings, store_throttling
+import mountctl.s3.objects
+from mountctl.s3 import S3Settings
+from mountctl.s3.objects import store_throttling
 
 SLOW_DOWN = ClientError({"Error": {"Code": "SlowDown"}, "ResponseMetadata": {"HTTPStatusCode": 503}},
                         "ListObjectsV2")
@@ -33,11 +34,11 @@ class StandIn:
 def store(monkeypatch):
     def make(refuse_at: int | None) -> StandIn:
         stand_in = StandIn(refuse_at)
-        monkeypatch.setattr(mountctl.s3, "_new_client", lambda *_args: stand_in)
-        mountctl.s3._clients.clear()
+        monkeypatch.setattr(mountctl.s3.objects, "_new_client", lambda *_args: stand_in)
+        mountctl.s3.objects._clients.clear()
         return stand_in
     yield make
-    mountctl.s3._clients.clear()
+    mountctl.s3.objects._clients.clear()
 
 
 SETTINGS = S3Settings(endpoint_url="http://127.0.0.1:1", region="us-east-1", access_key_id="AK",
@@ -61,6 +62,6 @@ def test_the_check_stops_at_its_time_bound(store, monkeypatch):
     """A slow store: the LISTs stop once ``within_s`` has passed, whatever is left of the 20."""
     stand_in = store(refuse_at=None)
     clock = itertools.count(0, 4)  # each look at the clock 4 s later
-    monkeypatch.setattr(mountctl.s3.time, "monotonic", lambda: next(clock))
+    monkeypatch.setattr(mountctl.s3.objects.time, "monotonic", lambda: next(clock))
     assert not store_throttling(SETTINGS, "bucket", "prefix/", within_s=10.0)
     assert stand_in.calls == 2  # at 4 s and 8 s; at 12 s the bound has passed

@@ -261,14 +261,13 @@ def _dcp_cells(run: Any, uri: str, megabytes: int, route: str, errors: tuple[typ
 
 
 def _remove_prefix(settings: S3Settings, uri: str) -> None:
-    from mountctl.s3 import client, parse_s3_uri
+    from mountctl.s3 import client, list_objects, parse_s3_uri
 
     location = parse_s3_uri(uri)
     s3 = client(settings)
-    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=location.bucket, Prefix=location.prefix):
-        keys = [{"Key": o["Key"]} for o in page.get("Contents", [])]
-        if keys:
-            s3.delete_objects(Bucket=location.bucket, Delete={"Objects": keys})
+    keys = [{"Key": location.prefix + name} for name in list_objects(s3, location.bucket, location.prefix)]
+    for first in range(0, len(keys), 1000):  # DeleteObjects takes at most 1,000 keys
+        s3.delete_objects(Bucket=location.bucket, Delete={"Objects": keys[first:first + 1000]})
 
 
 def run_checkpoint_cells(run: Any, uri: str, scratch: str, errors: tuple[type[BaseException], ...]) -> None:

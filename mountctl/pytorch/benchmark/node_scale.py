@@ -107,8 +107,8 @@ def _ensure_objects(settings: S3Settings, uri: str, count: int, size: int) -> di
     """``count`` objects of ``size`` random bytes under ``uri``; those already there with that size are kept."""
     location = parse_s3_uri(uri)
     client = s3.client(settings, read_timeout=120)
-    have = {obj["Key"]: obj["Size"] for page in client.get_paginator("list_objects_v2").paginate(
-        Bucket=location.bucket, Prefix=location.prefix) for obj in page.get("Contents", [])}
+    have = {location.prefix + name: stored.size
+            for name, stored in s3.list_objects(client, location.bucket, location.prefix).items()}
     sizes = {f"part-{i:04d}.bin": size for i in range(count)}
     body = b""
     for name in sizes:

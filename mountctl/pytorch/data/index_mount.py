@@ -12,20 +12,15 @@ from __future__ import annotations
 from typing import Any
 
 from mountctl import InvalidSpec, ListedObject, S3Settings, parse_s3_uri, write_object_list
-from mountctl.s3 import short_client
+from mountctl.s3 import StoredObject, list_objects, short_client
 
-__all__ = ["object_list_for", "index_objects", "object_list_under"]
+__all__ = ["object_list_for", "object_list_under"]
 
 
-def _etags_in(settings: S3Settings, uri: str) -> dict[str, tuple[str, int]]:
+def _etags_in(settings: S3Settings, uri: str) -> dict[str, StoredObject]:
     """ETag and size of every object under the dataset's prefix (keys relative to it): one paged LIST."""
     location = parse_s3_uri(uri)
-    found: dict[str, tuple[str, int]] = {}
-    paginator = short_client(settings).get_paginator("list_objects_v2")
-    for page in paginator.paginate(Bucket=location.bucket, Prefix=location.prefix):
-        for item in page.get("Contents", []):
-            found[item["Key"][len(location.prefix):]] = (str(item.get("ETag") or ""), int(item["Size"]))
-    return found
+    return list_objects(short_client(settings), location.bucket, location.prefix)
 
 
 def object_list_for(manifest: Any, settings: S3Settings, uri: str) -> str:
@@ -35,7 +30,8 @@ def object_list_for(manifest: Any, settings: S3Settings, uri: str) -> str:
     objects = []
     for key, etag, size in wanted:
         if etag is None:
-            etag, size_now = listed.get(key, ("", -1))
+            stored = listed.get(key)
+            etag, size_now = (stored.etag or "", stored.size) if stored else ("", -1)
             if size_now != size:
                 raise InvalidSpec(f"{uri}{key} is {'missing' if size_now < 0 else f'{size_now} bytes'}, but the "
                                   f"dataset's index says {size} bytes: index it again, or mount without --from-index")
@@ -46,15 +42,8 @@ def object_list_for(manifest: Any, settings: S3Settings, uri: str) -> str:
 def object_list_under(settings: S3Settings, uri: str) -> str:
     """The object list (its path) of every object under ``uri`` as one LIST sees it now, directory markers left
     out: for data with no index of ours (DLIO's files), listed once before the run rather than during it."""
-    objects = [ListedObject(key, etag, size) for key, (etag, size) in sorted(_etags_in(settings, uri).items())
+    objects = [ListedObject(key, stored.etag or "", stored.size) for key, stored in sorted(_etags_in(settings, uri).items())
                if not key.endswith("/")]
     if not objects:
         raise InvalidSpec(f"{uri} holds no objects: nothing to mount from a list")
     return write_object_list(objects)
-
-
-def index_objects(config: Any, manifest: Any, settings: S3Settings, uri: str) -> str | None:
-    """The object list to mount for a run's ``config`` (``from_index`` with the mountpoint kind), or None."""
-    if not (getattr(config, "from_index", False) and config.source_kind == "mountpoint"):
-        return None
-    return object_list_for(manifest, settings, uri)

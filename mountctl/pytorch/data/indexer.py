@@ -74,20 +74,17 @@ class _Progress:
         self.out.flush()
 
 
-def _list(client: Any, target: DataTarget, progress: _Progress) -> dict[str, tuple[int, str | None]]:
+def _list(client: Any, target: DataTarget, progress: _Progress) -> dict[str, s3.StoredObject]:
     """Every object under the prefix (recursively: a class tree is one level down), paginated."""
-    found: dict[str, tuple[int, str | None]] = {}
-    pages = client.get_paginator("list_objects_v2").paginate(Bucket=target.prefix.bucket, Prefix=target.prefix.prefix)
-    for page in pages:
-        for item in page.get("Contents", []):
-            etag = item.get("ETag")
-            found[item["Key"][len(target.prefix.prefix):]] = (int(item["Size"]), etag.strip('"') if etag else None)
-        progress.show(f"listed {len(found):,} objects under {target.uri}")
-    progress.show(f"listed {len(found):,} objects under {target.uri}", final=True)
+    def shown(count: int, final: bool = False) -> None:
+        progress.show(f"listed {count:,} objects under {target.uri}", final=final)
+
+    found = s3.list_objects(client, target.prefix.bucket, target.prefix.prefix, on_page=shown)
+    shown(len(found), final=True)
     return found
 
 
-def class_tree(listed: dict[str, tuple[int, str | None]], image_size: int) -> Manifest | None:
+def class_tree(listed: dict[str, s3.StoredObject], image_size: int) -> Manifest | None:
     """``<class>/<file>`` images as ``ImageFolder`` orders them (classes, then files, each sorted), or None."""
     by_class: dict[str, list[str]] = {}
     for key in listed:
@@ -97,7 +94,7 @@ def class_tree(listed: dict[str, tuple[int, str | None]], image_size: int) -> Ma
     if not by_class:
         return None
     classes = sorted(by_class)
-    files = tuple(FileInfo(key, label, listed[key][0], listed[key][1])
+    files = tuple(FileInfo(key, label, listed[key].size, listed[key].etag)
                   for label, name in enumerate(classes) for key in sorted(by_class[name]))
     return Manifest(num_images=len(files), image_size=image_size, num_classes=len(classes), seed=0, shards=(),
                     format=FILES_FORMAT, files=files, origin="index", label="dir", classes=tuple(classes))
@@ -296,11 +293,12 @@ def choose_reader(stream: StreamReader, headers: int, size: int) -> tuple[str, d
 
 
 def _index_shards(config: IndexConfig, settings: S3Settings, target: DataTarget,
-                  shards: dict[str, tuple[int, str | None]], state: _State, progress: _Progress) -> dict[str, Any]:
+                  shards: dict[str, s3.StoredObject], state: _State, progress: _Progress) -> dict[str, Any]:
     client = s3.client(settings, read_timeout=120)
     rule = LabelRule(config.label_field)
     results: dict[str, tuple[ShardInfo, set[str], str]] = {}
-    for name, (size, etag) in shards.items():
+    for name, stored in shards.items():
+        size, etag = stored.size, stored.etag
         reused = state.reusable(name, size, etag)
         if reused is not None:
             results[name] = reused
@@ -312,7 +310,7 @@ def _index_shards(config: IndexConfig, settings: S3Settings, target: DataTarget,
     stop = threading.Event()
 
     def one(name: str, how: str) -> tuple[tuple[ShardInfo, set[str], str], ShardReader]:
-        result, reader = _read_shard(client, target, name, *shards[name], how, rule, stop)
+        result, reader = _read_shard(client, target, name, shards[name].size, shards[name].etag, how, rule, stop)
         state.add(*result)  # kept at once: an error or Ctrl-C later loses nothing already read
         return result, reader
 

@@ -28,7 +28,7 @@ from typing import Any
 from mountctl import BucketNotFound, InvalidSpec, S3Settings, parse_s3_uri
 from mountctl.pytorch.data.location import INDEX_NAME, DataTarget, IndexLocation, parse_data_uri
 from mountctl.pytorch.errors import DatasetError, NoShards, TruncatedShard, remake_hint
-from mountctl.s3 import check_bucket_access, short_client
+from mountctl.s3 import check_bucket_access, list_objects, short_client
 
 __all__ = ["ShardInfo", "FileInfo", "Manifest", "MANIFEST_NAME", "INDEX_NAME", "FORMAT", "FILES_FORMAT",
            "WIDS_KIND", "IMAGE_KEYS", "LABEL_KEYS", "load_manifest", "load_dataset_description", "LoadedDataset",
@@ -267,16 +267,6 @@ def load_manifest(settings: S3Settings, uri: str) -> Manifest:
     return load_dataset_description(settings, uri).manifest
 
 
-def list_objects(client: Any, bucket: str, prefix: str) -> dict[str, tuple[int, str | None]]:
-    """(size, ETag with its quotes stripped) of the objects directly under ``prefix``, by relative name."""
-    found: dict[str, tuple[int, str | None]] = {}
-    for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix, Delimiter="/"):
-        for item in page.get("Contents", []):
-            etag = item.get("ETag")
-            found[item["Key"][len(prefix):]] = (int(item["Size"]), etag.strip('"') if etag else None)
-    return found
-
-
 def save_manifest(client: Any, uri: str, manifest: Manifest) -> None:
     location = parse_s3_uri(uri)
     client.put_object(Bucket=location.bucket, Key=location.prefix + MANIFEST_NAME,
@@ -293,13 +283,13 @@ def check_shards_present(settings: S3Settings, uri: str, manifest: Manifest, *, 
     if manifest.layout == "files":
         return
     location = parse_s3_uri(uri)
-    listed = list_objects(short_client(settings), location.bucket, location.prefix)
+    listed = list_objects(short_client(settings), location.bucket, location.prefix, recursive=False)
     fix = manifest.fix_hint(uri)
     for shard in manifest.shards:
         found = listed.get(shard.name)
         if found is None:
             raise DatasetError(f"shard {shard.name} named by the dataset's index is missing from {uri}; {fix}")
-        size, etag = found
+        size, etag = found.size, found.etag
         if size != shard.bytes or (shard.etag is not None and etag is not None and etag != shard.etag):
             change = f"{size} bytes" if size != shard.bytes else f"ETag {etag}"
             was = f"{shard.bytes} bytes" if size != shard.bytes else f"ETag {shard.etag}"
@@ -335,7 +325,7 @@ class LoadedDataset:
 
 def _nothing_found(settings: S3Settings, target: DataTarget, users_manifest: bool = False) -> NoShards:
     client = short_client(settings)
-    listed = list_objects(client, target.prefix.bucket, target.prefix.prefix)
+    listed = list_objects(client, target.prefix.bucket, target.prefix.prefix, recursive=False)
     anything = listed or client.list_objects_v2(Bucket=target.prefix.bucket, Prefix=target.prefix.prefix,
                                                 MaxKeys=1).get("KeyCount", 0)
     tars = [n for n in listed if n.endswith(".tar")]

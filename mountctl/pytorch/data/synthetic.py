@@ -280,11 +280,8 @@ def _make_files(config: MakeConfig, settings: S3Settings, previous: Manifest | N
     location = parse_s3_uri(config.uri)
     known: dict[int, FileInfo] = {}
     if previous is not None and previous.layout == "files":
-        sizes: dict[str, int] = {}
-        pages = _client(settings).get_paginator("list_objects_v2").paginate(
-            Bucket=location.bucket, Prefix=location.prefix + "train/")
-        for page in pages:
-            sizes.update({item["Key"][len(location.prefix):]: int(item["Size"]) for item in page.get("Contents", [])})
+        listed = s3.list_objects(_client(settings), location.bucket, location.prefix + "train/")
+        sizes = {"train/" + name: stored.size for name, stored in listed.items()}
         known = {i: f for i, f in enumerate(previous.files) if sizes.get(f.key) == f.bytes}
     tasks = [(first, min(_FILES_PER_TASK, config.num_images - first))
              for first in range(0, config.num_images, _FILES_PER_TASK)]

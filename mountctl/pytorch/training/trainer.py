@@ -16,7 +16,6 @@ from typing import Any, TextIO
 
 from mountctl import InvalidSpec, S3Settings, port_free, resolve
 from mountctl.pytorch.data.device_decode import resolve_decode
-from mountctl.pytorch.data.index_mount import index_objects
 from mountctl.pytorch.data.location import parse_data_uri
 from mountctl.pytorch.data.manifest import load_dataset_description
 from mountctl.pytorch.data.sources import check_source_choice, open_source
@@ -312,7 +311,7 @@ def train(config: TrainConfig, *, settings: S3Settings | None = None, out: TextI
     with worker_tempdir(), open_source(config.source_kind, dataset.uri, settings, backend=config.backend, mount_dir=config.mount_dir,
                      cache=config.cache, cache_dir=config.cache_dir, cache_size_mb=config.cache_size_mb,
                      read_ahead=config.read_ahead, dataset_bytes=manifest.total_bytes,
-                     readers=max(1, num_workers), objects=index_objects(config, manifest, settings, dataset.uri)
+                     readers=max(1, num_workers), from_index=config.from_index, manifest=manifest
                      ) as source:
         monitor = ThroughputMonitor(manifest.num_images, warmup_batches=config.warmup_batches)
         data_wait = DataWaitMonitor(config.source_kind, threshold=config.data_wait_threshold,

@@ -251,7 +251,7 @@ def mountpoint_source(uri: str, settings: S3Settings, *, backend: str = "auto", 
                       cache: bool = True, cache_dir: str | None = None, cache_size_mb: int | None = None,
                       read_ahead: bool = False, shards_ahead: int = 2, dataset_bytes: int | None = None,
                       readers: int | None = None, memory_mb: int | None = None, objects: str | None = None,
-                      **_: Any) -> Iterator[MountpointSource]:
+                      from_index: bool = False, manifest: Any = None, **_: Any) -> Iterator[MountpointSource]:
     """Mount ``uri`` read-only for the run; ranks on one node share the one mount.
 
     The mount program gets exactly ``settings`` (endpoint, region, credentials), so this
@@ -265,10 +265,15 @@ def mountpoint_source(uri: str, settings: S3Settings, *, backend: str = "auto", 
     per rank) bounds the program's memory to what the plan reads at once, for every rank on this
     node (``LOCAL_WORLD_SIZE``); ``memory_mb`` sets the bound instead.  ``objects`` (an object list made from
     the dataset's index, ``index_mount.object_list_for``) mounts exactly those objects with mount-s3: no LIST or
-    HEAD when a file is opened, each read pinned to the index's ETag.
+    HEAD when a file is opened, each read pinned to the index's ETag; ``from_index`` makes that list from the
+    run's ``manifest`` here, the one kind that mounts.
     """
     import mountctl
 
+    if from_index and objects is None:
+        from mountctl.pytorch.data.index_mount import object_list_for
+
+        objects = object_list_for(manifest, settings, uri)
     location = parse_s3_uri(uri)
     options: dict[str, Any] = {}
     if cache:

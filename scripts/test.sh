@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-.venv/bin/ruff check mountctl tests resnet.py examples
+.venv/bin/ruff check mountctl benchmarks tests resnet.py examples
 
 run_pytest() {
   set +e

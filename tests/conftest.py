@@ -275,7 +275,7 @@ def sweep(local_s3, tmp_path_factory):
     2 readers, the checkpoint cells with DCP, and no peers (tests/test_peers.py has those).
     """
     require_fuse()
-    from mountctl.pytorch.benchmark import preset, run_sweep, write_report
+    from benchmarks.harness import preset, run_sweep, write_report
 
     settings = local_s3.settings()
     with pytest.MonkeyPatch.context() as patch:

@@ -17,13 +17,13 @@ import urllib.parse
 import psutil
 import pytest
 
+from benchmarks.harness import preset
+from benchmarks.harness.bytes_path import READ_SIZE, bytes_routes
+from benchmarks.harness.stores import STORES, plan_stores
+from benchmarks.harness.sweep import EPOCHS, LOCAL, source_plan
 from mountctl import FarProfile, installed_backends
 from mountctl.errors import InvalidSpec
-from mountctl.pytorch.benchmark import preset
-from mountctl.pytorch.benchmark.bytes_path import READ_SIZE, bytes_routes
-from mountctl.pytorch.benchmark.stores import STORES, plan_stores
-from mountctl.pytorch.benchmark.sweep import EPOCHS, LOCAL, source_plan
-from mountctl.pytorch.cli import build_parser
+from resnet import build_parser
 
 from conftest import new_children
 
@@ -258,7 +258,7 @@ def test_loader_and_training_figures_lead_with_the_whole_epoch(sweep):
 
 
 def test_a_bench_against_the_embedded_far_profile_takes_its_proxy_as_the_far_store(local_s3):
-    """`MOUNTCTL_STORE=far scripts/bench.sh`: the local store is the server behind the proxy, not a proxy of a proxy."""
+    """`MOUNTCTL_STORE=far benchmarks/bench.sh`: the local store is the server behind the proxy, not a proxy of a proxy."""
     direct = local_s3.settings()
     status = local_s3.start_far(FarProfile(latency_ms=7.0, rate_mb_s=40.0))
     try:

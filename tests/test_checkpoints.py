@@ -12,8 +12,8 @@ import time
 import pytest
 import torch
 
+from benchmarks.harness.checkpoint_cells import states_equal
 from mountctl import LocalS3, mount
-from mountctl.pytorch.benchmark.checkpoint_cells import states_equal
 from mountctl.pytorch.errors import CheckpointError
 from mountctl.pytorch.training import dcp
 from mountctl.pytorch.training.checkpoint import LAST, CheckpointTarget
@@ -99,7 +99,7 @@ def test_unknown_mount_program_in_the_location_is_refused():
 def test_dcp_on_two_ranks_to_a_read_write_mount_round_trips(s3_env, s3, bucket, backend, mount_root):
     with mount(f"s3://{bucket}/", str(mount_root / "m"), backend=backend, read_only=False, shared=False) as m:
         # The bench's DCP child: 2 gloo ranks save 8 MB with FileSystemWriter, load it back and compare.
-        done = subprocess.run([sys.executable, "-m", "mountctl.pytorch.benchmark.checkpoint_cells",
+        done = subprocess.run([sys.executable, "-m", "benchmarks.harness.checkpoint_cells",
                                os.path.join(m.path, "dcp"), "8"],
                               capture_output=True, text=True, timeout=300, cwd=REPO, check=False)
     assert done.returncode == 0, done.stderr[-3000:]

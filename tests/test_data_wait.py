@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from mountctl.pytorch.cli import main
 from mountctl.pytorch.data import sources
+from resnet import main
 
 from torch_support import last_json_line, make_tiny_dataset
 

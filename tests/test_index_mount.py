@@ -23,8 +23,8 @@ from test_resume import TINY
 import mountctl
 from mountctl import ListedObject, write_object_list
 from mountctl.mounts.backends import BACKENDS
-from mountctl.pytorch.cli import main
 from mountctl.s3 import client as s3_client
+from resnet import main
 
 from conftest import missing, require_fuse
 from torch_support import last_json_line
@@ -126,9 +126,9 @@ def test_dlio_reads_an_index_mounted_dataset_with_no_list_or_head_during_its_run
     require_fuse()
     if not BACKENDS["mount-s3"].available():
         missing("mount-s3 is not built; `bash scripts/setup.sh` builds it")
+    from benchmarks.harness.dlio import dlio_venv, read_summary, run_dlio
+    from benchmarks.harness.mlperf import SCALES, _route_dir, dlio_overrides, generate_dataset, upload_dataset
     from mountctl.errors import InvalidSpec
-    from mountctl.pytorch.benchmark.dlio import dlio_venv, read_summary, run_dlio
-    from mountctl.pytorch.benchmark.mlperf import SCALES, _route_dir, dlio_overrides, generate_dataset, upload_dataset
 
     try:
         venv = dlio_venv()

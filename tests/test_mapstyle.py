@@ -231,7 +231,7 @@ def _indexed(s3, bucket, layout: str, tmp_path) -> str:
     """An ImageNet-style class tree (36 images) or webdataset shards (4 x 9), indexed with `resnet.py index`."""
     from own_data_support import write_class_tree, write_shards
 
-    from mountctl.pytorch.cli import main
+    from resnet import main
 
     if layout == "class-tree":
         write_class_tree(s3, bucket, "own/", per_class=12)

@@ -17,10 +17,10 @@ import time
 
 import psutil
 
+from benchmarks.harness.dlio import dlio_venv
+from benchmarks.harness.mlperf import S3_DIRECT, MlperfConfig, run_mlperf
 from mountctl import installed_backends
 from mountctl.errors import InvalidSpec
-from mountctl.pytorch.benchmark.dlio import dlio_venv
-from mountctl.pytorch.benchmark.mlperf import S3_DIRECT, MlperfConfig, run_mlperf
 
 from conftest import fuse_mounts_under, make_bucket, missing, require_fuse
 

@@ -17,10 +17,10 @@ import uuid
 import pytest
 
 import mountctl
+from benchmarks.harness.node_reads import read_as_ranks
 from mountctl import MountSpec
 from mountctl.local_s3.far_proxy import FarProfile, FarProxy, find_nginx
 from mountctl.mounts.backends import BACKENDS, MOUNT_S3_MIN_MEMORY_MB, choose_backend
-from mountctl.pytorch.benchmark.node_reads import read_as_ranks
 from mountctl.s3 import client as s3_client
 from mountctl.shared.metrics import program_memory
 

@@ -24,7 +24,7 @@ import pytest
 from own_data_support import listing, write_class_tree, write_shards
 from test_resume import TINY, SampleLogs, kill_resume_audit
 
-from mountctl.pytorch.cli import main
+from resnet import main
 
 from conftest import require_fuse
 from torch_support import REPO, RESNET_PY, last_json_line, run_cli

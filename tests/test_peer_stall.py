@@ -17,9 +17,9 @@ import uuid
 
 import pytest
 
+from benchmarks.harness.peer_data import MDS_COLUMNS, SampleChecksum, peer_uri
+from benchmarks.harness.peers import peer_epochs
 from mountctl.local_s3.far_proxy import FarProfile, FarProxy, find_nginx
-from mountctl.pytorch.benchmark.peer_data import MDS_COLUMNS, SampleChecksum, peer_uri
-from mountctl.pytorch.benchmark.peers import peer_epochs
 from mountctl.s3 import client as s3_client
 
 from conftest import make_bucket, missing, remove_bucket

@@ -19,15 +19,15 @@ import uuid
 import psutil
 import pytest
 
-from mountctl.pytorch.benchmark.peer_cleanup import SHM_DIR
-from mountctl.pytorch.benchmark.peer_data import (
+from benchmarks.harness.peer_cleanup import SHM_DIR
+from benchmarks.harness.peer_data import (
     PEERS,
     ensure_peer_data,
     load_peer_marker,
     peer_env,
     peer_uri,
 )
-from mountctl.pytorch.benchmark.peers import open_peer_dataset, peer_epochs
+from benchmarks.harness.peers import open_peer_dataset, peer_epochs
 from mountctl.pytorch.data.manifest import load_manifest
 from mountctl.pytorch.data.shards import read_shard
 from mountctl.pytorch.data.synthetic import MakeConfig, make_dataset
@@ -171,7 +171,7 @@ def test_a_killed_streaming_cell_leaves_no_cache_and_no_shared_memory(converted)
     while not cell_segments() and runner.is_alive() and time.monotonic() < deadline:
         time.sleep(0.1)
     assert cell_segments(), "the Streaming child never registered its shared memory"
-    children = [p for p in psutil.Process().children() if "mountctl.pytorch.benchmark.peers" in " ".join(p.cmdline())]
+    children = [p for p in psutil.Process().children() if "benchmarks.harness.peers" in " ".join(p.cmdline())]
     assert len(children) == 1
     os.killpg(children[0].pid, signal.SIGKILL)
     runner.join(60)

@@ -11,7 +11,7 @@ import collections
 
 import pytest
 
-from mountctl.pytorch.cli import main
+from resnet import main
 
 from torch_support import last_json_line, make_tiny_dataset
 

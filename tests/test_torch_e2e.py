@@ -17,9 +17,8 @@ import time
 
 import pytest
 
+from benchmarks.harness.loader import BenchConfig, bench_loader
 from mountctl.errors import InvalidSpec
-from mountctl.pytorch.benchmark.loader import BenchConfig, bench_loader
-from mountctl.pytorch.cli import main
 from mountctl.pytorch.data.dataset import ShardDataset
 from mountctl.pytorch.data.manifest import MANIFEST_NAME, load_manifest
 from mountctl.pytorch.data.shards import decode, read_shard
@@ -27,6 +26,7 @@ from mountctl.pytorch.data.sources import SOURCE_KINDS, open_source
 from mountctl.pytorch.data.synthetic import sample_jpeg
 from mountctl.pytorch.errors import TruncatedShard
 from mountctl.pytorch.training.trainer import TrainConfig
+from resnet import main
 
 from conftest import fuse_mounts_under, mount_programs, require_fuse
 from torch_support import last_json_line, make_tiny_dataset, run_cli

@@ -7,7 +7,7 @@ import glob
 import math
 import os
 
-from mountctl.pytorch.cli import main
+from resnet import main
 
 from torch_support import last_json_line, make_tiny_dataset
 

@@ -32,8 +32,8 @@ def _child(args: argparse.Namespace) -> None:
     import torch  # noqa: F401
 
     torch_s = time.monotonic() - began
+    from benchmarks.harness.limits import LocalDiskSource
     from mountctl import resolve
-    from mountctl.pytorch.benchmark.limits import LocalDiskSource
     from mountctl.pytorch.data import dataset as dataset_module
     from mountctl.pytorch.data.dataset import EpochLoader, ShardDataset
     from mountctl.pytorch.data.manifest import load_manifest
@@ -200,8 +200,8 @@ def main() -> None:
     if args.train_child:
         return _train_child(args)
 
+    from benchmarks.harness.limits import copy_shards
     from mountctl.local_s3.server import LocalS3
-    from mountctl.pytorch.benchmark.limits import copy_shards
     from mountctl.pytorch.data.manifest import load_manifest
     from mountctl.pytorch.data.synthetic import MakeConfig, make_dataset
 

@@ -31,11 +31,11 @@ import time
 from typing import Any
 
 import mountctl
+from benchmarks.harness.bytes_path import bytes_cell
+from benchmarks.harness.limits import LocalDiskSource, raw_get
 from mountctl import s3
 from mountctl.local_s3.far_proxy import FarProfile
 from mountctl.local_s3.server import LocalS3
-from mountctl.pytorch.benchmark.bytes_path import bytes_cell
-from mountctl.pytorch.benchmark.limits import LocalDiskSource, raw_get
 from mountctl.pytorch.data.manifest import Manifest, ShardInfo
 from mountctl.pytorch.data.sources import open_source
 

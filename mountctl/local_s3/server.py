@@ -565,7 +565,7 @@ class LocalS3:
 def uri_or_embedded(uri: str | None, default_uri: str, *, out: TextIO | None = None) -> Iterator[str]:
     """Yield ``uri`` when one is given; else ``default_uri`` on the embedded local S3.
 
-    Without a URI, a command (``resnet.py bench``, ``demo``) runs as ``scripts/bench.sh``
+    Without a URI, a command (``resnet.py bench``, ``demo``) runs as ``benchmarks/bench.sh``
     would: the server of ``$MOUNTCTL_HOME`` is started unless it runs, and stopped
     again afterwards by the last run that held it, unless a person started it
     (``LocalS3.hold``); for the block, the AWS variables

@@ -1,4 +1,4 @@
-"""The PyTorch side of mountctl: data (shards, plan, sources), training (ResNet-50 on Lightning), benchmark.
+"""The PyTorch side of mountctl: data (shards, plan, sources) and training (ResNet-50 on Lightning).
 
 Its modules import torch (``mountctl`` itself never does).
 Names are loaded on first use so that ``resnet.py make`` does not pay for

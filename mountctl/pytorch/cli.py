@@ -1,5 +1,5 @@
-"""The ``resnet.py`` command line: ResNet-50 on WebDataset shards in S3, read through a
-mount, s3torchconnector or s3fs.
+"""The library's part of the ``resnet.py`` command line (make, index, train): ResNet-50 on WebDataset shards in
+S3, read through a mount, s3torchconnector or s3fs. ``resnet.py`` adds the harness's bench and demo.
 
     python resnet.py make s3://BUCKET/shard-data/ --num-images 50000
     python resnet.py train s3://BUCKET/shard-data/ --source-kind mountpoint --batch-size 256 --max-epochs 3
@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from mountctl import BACKEND_NAMES, ArgumentParser, MountctlError
@@ -86,40 +87,10 @@ def _index(args: argparse.Namespace, config: Any) -> int:
     return 0
 
 
-def _bench_config(args: argparse.Namespace) -> Any:
-    from mountctl.pytorch.benchmark.command import bench_config
-
-    return bench_config(args)
-
-
-def _bench(args: argparse.Namespace, config: Any) -> int:
-    from mountctl.pytorch.benchmark.command import run_bench
-
-    return run_bench(args, config)
-
-
-def _demo_config(args: argparse.Namespace) -> Any:
-    from mountctl.pytorch.demo import DemoConfig
-
-    return DemoConfig(uri=args.uri or DemoConfig.uri, num_images=args.num_images, image_size=args.image_size,
-                      batch_size=args.batch_size, max_epochs=args.max_epochs, num_workers=args.num_workers,
-                      kinds=tuple(args.kinds), store=args.store, far_latency_ms=args.far_latency_ms,
-                      far_rate_mb_s=args.far_rate_mb_s)
-
-
-def _demo(args: argparse.Namespace, config: Any) -> int:
-    from mountctl import uri_or_embedded
-    from mountctl.pytorch.demo import DemoConfig, run_demo
-
-    with uri_or_embedded(args.uri, DemoConfig.uri):
-        rows = run_demo(config)
-    return 0 if all(row["status"] == 0 and row["summary"] for row in rows) else 1
-
-
 _Parser = ArgumentParser  # the core's: a usage error is one line and exits 1, like every other error
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(extra_commands: Callable[[Any], None] | None = None) -> argparse.ArgumentParser:
     parser = _Parser(prog="resnet.py", description=DESCRIPTION, epilog=__doc__.split("\n\n", 1)[1],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -210,30 +181,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_mountpoint_arguments(train)
     train.set_defaults(func=_train, configure=_train_config)
 
-    bench = commands.add_parser("bench", help="every source kind side by side with the local-disk and raw-GET "
-                                "limits: loader and ResNet-50 training throughput, JSON + Markdown + PNG")
-    from mountctl.pytorch.benchmark.command import add_bench_arguments
-
-    add_bench_arguments(bench)
-    bench.set_defaults(func=_bench, configure=_bench_config)
-
-    demo = commands.add_parser("demo", help="make a small dataset, train with each source kind, compare images/s")
-    demo.add_argument("uri", nargs="?", default=None,
-                      help="s3://bucket/prefix/ for the demo's dataset (default: s3://mountctl/demo-shards/ "
-                      "on the embedded local S3, started if it is not running)")
-    demo.add_argument("--num-images", type=int, default=512)
-    demo.add_argument("--image-size", type=int, default=64)
-    demo.add_argument("--batch-size", type=int, default=32)
-    demo.add_argument("--max-epochs", type=int, default=2, help="default 2: epoch 1 and epoch 2 shown apart")
-    demo.add_argument("--num-workers", type=int, default=2)
-    demo.add_argument("--kinds", nargs="+", choices=list(SOURCE_KINDS), default=list(SOURCE_KINDS))
-    demo.add_argument("--store", choices=("local", "far"), default="far",
-                      help="far (default): train and bench read through a proxy with S3's latency and rate, so the "
-                      "table shows what a user on S3 sees; local: the endpoint itself. A store not on this machine "
-                      "is read as it is")
-    demo.add_argument("--far-latency-ms", type=float, default=None, help="far store: delay per request")
-    demo.add_argument("--far-rate-mb-s", type=float, default=None, help="far store: MB/s per connection")
-    demo.set_defaults(func=_demo, configure=_demo_config)
+    if extra_commands is not None:  # resnet.py adds the harness's bench and demo (benchmarks/, not in the wheel)
+        extra_commands(commands)
     return parser
 
 
@@ -246,16 +195,17 @@ def _message(exc: BaseException) -> str:
     return text
 
 
-def configure(argv: list[str]) -> tuple[argparse.Namespace, Any]:
+def configure(argv: list[str], extra_commands: Callable[[Any], None] | None = None
+              ) -> tuple[argparse.Namespace, Any]:
     """The command's dry run: its arguments parsed and what it would run built and checked, with nothing started
     (no server, no S3 request, no mount).  A usage error exits 1 (``SystemExit``); a wrong value raises
     ``MountctlError``.  ``main`` does this first, so a bad argument never waits for a server to start."""
-    args = build_parser().parse_args(argv)
+    args = build_parser(extra_commands).parse_args(argv)
     return args, args.configure(args)
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def main(argv: list[str] | None = None, extra_commands: Callable[[Any], None] | None = None) -> int:
+    args = build_parser(extra_commands).parse_args(argv)
     try:
         return args.func(args, args.configure(args))
     except MountctlError as exc:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from mountctl import InvalidSpec
-from mountctl.pytorch.cli import configure
+from resnet import configure
 
 
 @pytest.mark.parametrize("suite", ["all", "mlperf", "node"])
@@ -34,8 +34,8 @@ def test_one_kind_alone_needs_a_uri_and_one_worker_count_before_it_starts():
 def test_a_suite_config_refuses_a_store_it_does_not_know():
     """What `--suite mlperf` and `--suite node` ran with before: `--store` not given reached their stores as None,
     after the embedded S3 had started; the config itself now refuses it."""
-    from mountctl.pytorch.benchmark.mlperf import MlperfConfig
-    from mountctl.pytorch.benchmark.node_scale import NodeScaleConfig
+    from benchmarks.harness.mlperf import MlperfConfig
+    from benchmarks.harness.node_scale import NodeScaleConfig
 
     for config in (MlperfConfig, NodeScaleConfig):
         with pytest.raises(InvalidSpec, match="--store must be one of local, far, both, not None"):

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from benchmarks.harness.config import preset
+from benchmarks.harness.side_by_side import side_by_side
+from benchmarks.harness.stores import is_loopback_endpoint, plan_stores, stores_for
 from mountctl import InvalidSpec, S3Settings
-from mountctl.pytorch.benchmark.config import preset
-from mountctl.pytorch.benchmark.side_by_side import side_by_side
-from mountctl.pytorch.benchmark.stores import is_loopback_endpoint, plan_stores, stores_for
 
 
 def settings(endpoint: str | None) -> S3Settings:
@@ -45,7 +45,7 @@ def test_a_bad_store_or_far_profile_fails_before_anything_runs():
 
 
 def test_bench_quick_on_the_command_line_reads_the_far_store_unless_told_both():
-    from mountctl.pytorch.cli import build_parser
+    from resnet import build_parser
 
     def store(*argv: str) -> str:
         args = build_parser().parse_args(["bench", *argv])
@@ -93,7 +93,7 @@ def test_a_plan_reads_far_through_a_proxy_of_its_own_when_none_runs(tmp_path, mo
 
 
 def test_the_far_store_runs_every_cell_unless_far_cells_says_loader_and_the_local_store_runs_too():
-    from mountctl.pytorch.benchmark.sweep import _cell_total, _store_config, source_plan
+    from benchmarks.harness.sweep import _cell_total, _store_config, source_plan
 
     quick = preset("quick", uri="s3://bench/p/", backends=("rclone", "s3fs"))
     tiny = preset("tiny", uri="s3://bench/p/", backends=("rclone", "s3fs"))

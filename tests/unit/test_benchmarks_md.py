@@ -1,4 +1,4 @@
-"""BENCHMARKS.md regenerated from the bench's own report files (scripts/benchmarks_md.py).
+"""BENCHMARKS.md regenerated from the bench's own report files (benchmarks/benchmarks_md.py).
 
 The run directory under tests/unit/data/bench-tiny/ is what a real run wrote:
 `MOUNTCTL_HOME=/tmp/bm35/home .venv/bin/python resnet.py bench --preset tiny --no-progress --out /tmp/bm35/tiny`
@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.harness.benchmarks_md import FIGURES, NOT_RUN, PAGES, REGENERATE, write_pages
 from mountctl.errors import InvalidSpec
-from mountctl.pytorch.benchmark.benchmarks_md import FIGURES, NOT_RUN, PAGES, REGENERATE, write_pages
 
 RUN = Path(__file__).parent / "data" / "bench-tiny"
 [REPORT_JSON] = sorted(RUN.glob("bench-*.json"))
@@ -33,11 +33,10 @@ def result() -> dict:
 
 @pytest.fixture(scope="module")
 def root(tmp_path_factory) -> Path:
-    """A checkout-shaped folder whose docs page is a symbolic link to the top page, as in the repository."""
+    """A checkout-shaped folder holding an old report, which the regeneration replaces."""
     where = tmp_path_factory.mktemp("checkout")
     (where / "docs").mkdir()
     (where / "BENCHMARKS.md").write_text("# Benchmarks\n\nOld, typed figures.\n")
-    os.symlink("../BENCHMARKS.md", where / "docs" / "benchmark-figures.md")
     write_pages([str(RUN)], str(where))
     return where
 
@@ -98,19 +97,20 @@ def test_a_suite_with_no_run_reads_not_run_and_shows_no_figures(root):
     assert sorted(os.listdir(root / FIGURES)) == ["bytes.png", "checkpoints.png", "loader-training.png"]
 
 
-def test_both_pages_link_the_pictures_drawn_beside_them(root):
-    for name in PAGES:
-        page = root / name
-        assert not page.is_symlink()  # replaced, not written through the link to the top page
-        links = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", page.read_text())
+def test_the_page_and_its_site_copy_link_the_pictures_drawn_for_them(root):
+    """The site reads BENCHMARKS.md at build time (benchmarks/docs_page.py): its links must land from docs/ too."""
+    from benchmarks.docs_page import site_text
+
+    page = root / "BENCHMARKS.md"
+    assert PAGES == ("BENCHMARKS.md",) and not (root / "docs" / "benchmark-figures.md").exists()
+    for text, where in ((page.read_text(), root), (site_text(page.read_text()), root / "docs")):
+        links = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text)
         assert len(links) == 3
-        assert all((page.parent / link).resolve().is_file() for link in links)
-    top, docs = ((root / name).read_text() for name in PAGES)
-    assert top.replace("](docs/", "](") == docs.replace("](../", "](")
+        assert all((where / link).resolve().is_file() for link in links)
 
 
 def test_the_regenerate_commands_pass_the_commands_own_dry_run():
-    from mountctl.pytorch.cli import configure
+    from resnet import configure
 
     for line in REGENERATE:
         words = shlex.split(line)
@@ -155,7 +155,7 @@ def _copy_of_run(result: dict, started: str, scale: float, dirty: bool = False) 
 
 
 def test_three_runs_of_one_command_at_one_commit_give_each_figure_as_their_median(tmp_path, result):
-    from mountctl.pytorch.benchmark.benchmarks_md import Run, median_run
+    from benchmarks.harness.benchmarks_md import Run, median_run
 
     runs = [Run("sweep", "a.json", _copy_of_run(result, result["started"], 1.0)),
             Run("sweep", "b.json", _copy_of_run(result, "2099-01-01T00:00:00+00:00", 3.0, dirty=True)),

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from mountctl.pytorch.benchmark.checkpoint_cells import dcp_failure
+from benchmarks.harness.checkpoint_cells import dcp_failure
 
 ABORTED = """\
 terminate called after throwing an instance of 'gloo::IoException'

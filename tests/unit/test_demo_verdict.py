@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mountctl.pytorch.demo import mount_verdict
+from benchmarks.harness.demo import mount_verdict
 
 
 def _row(kind: str, train: tuple[float, float], loader: tuple[float, float]) -> dict:

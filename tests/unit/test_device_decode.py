@@ -79,7 +79,7 @@ def test_a_non_jpeg_sample_is_refused_by_name():
 def test_workers_yield_bytes_and_the_datamodule_hook_makes_the_cpu_batches(tmp_path):
     """The whole --decode gpu path on a local shard: ShardDataset with decode="gpu", then the
     DataModule's transfer hook (to the CPU here), against ShardDataset with decode="cpu"."""
-    from mountctl.pytorch.benchmark.limits import LocalDiskSource
+    from benchmarks.harness.limits import LocalDiskSource
     from mountctl.pytorch.data.datamodule import ShardDataModule
     from mountctl.pytorch.data.dataset import ShardDataset
     from mountctl.pytorch.data.manifest import Manifest, ShardInfo

@@ -53,7 +53,7 @@ def test_map_datamodule_gives_each_epochs_descriptors_back_and_none_at_teardown(
     import io
     from types import SimpleNamespace
 
-    from mountctl.pytorch.benchmark.limits import LocalDiskSource
+    from benchmarks.harness.limits import LocalDiskSource
     from mountctl.pytorch.data.datamodule import MapDataModule
     from mountctl.pytorch.data.manifest import Manifest, ShardInfo
     from mountctl.pytorch.data.synthetic import MakeConfig, build_shard

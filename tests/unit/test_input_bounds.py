@@ -10,8 +10,8 @@ import pytest
 from mountctl.cli import main as mountctl_main
 from mountctl.errors import InvalidSpec, MountctlError
 from mountctl.local_s3.far_proxy import FarProfile, render_config
-from mountctl.pytorch.cli import main as resnet_main
 from mountctl.shared.exporter import address_family, readiness
+from resnet import main as resnet_main
 
 
 def _one_line(capsys, status: int) -> str:

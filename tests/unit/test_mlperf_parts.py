@@ -7,9 +7,8 @@ import os
 
 import pytest
 
-from mountctl import InvalidSpec
-from mountctl.pytorch.benchmark.dlio import DLIO_VENV_ENV, dlio_venv, read_summary
-from mountctl.pytorch.benchmark.mlperf import (
+from benchmarks.harness.dlio import DLIO_VENV_ENV, dlio_venv, read_summary
+from benchmarks.harness.mlperf import (
     AU_TARGET,
     SCALES,
     MlperfConfig,
@@ -19,7 +18,8 @@ from mountctl.pytorch.benchmark.mlperf import (
     mount_routes,
     search_accelerators,
 )
-from mountctl.pytorch.benchmark.report import mlperf_markdown, write_mlperf_report
+from benchmarks.harness.report import mlperf_markdown, write_mlperf_report
+from mountctl import InvalidSpec
 
 UNET3D, IMAGES = SCALES["full"]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mountctl.pytorch.benchmark.node_reads import NodeReads, RankReads
+from benchmarks.harness.node_reads import NodeReads, RankReads
 
 
 def test_the_slowest_rank_is_measured_against_the_mean_rank():

@@ -13,7 +13,7 @@ import pytest
 from torchdata.nodes import Loader, Prefetcher
 from torchdata.stateful_dataloader import StatefulDataLoader
 
-from mountctl.pytorch.benchmark.limits import LocalDiskSource
+from benchmarks.harness.limits import LocalDiskSource
 from mountctl.pytorch.data.dataset import ShardDataset
 from mountctl.pytorch.data.manifest import Manifest, ShardInfo
 from mountctl.pytorch.data.nodes import ShardBatchNode

@@ -10,8 +10,8 @@ import struct
 
 import pytest
 
-from mountctl.pytorch.benchmark import peers
-from mountctl.pytorch.benchmark.peer_cleanup import remove_streaming_segments, streaming_segments
+from benchmarks.harness import peers
+from benchmarks.harness.peer_cleanup import remove_streaming_segments, streaming_segments
 from mountctl.pytorch.errors import DatasetError
 
 pytestmark = pytest.mark.unit

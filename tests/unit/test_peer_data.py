@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from mountctl import InvalidSpec, S3Settings
-from mountctl.pytorch.benchmark.config import preset
-from mountctl.pytorch.benchmark.peer_data import (
+from benchmarks.harness.config import preset
+from benchmarks.harness.peer_data import (
     PEERS,
     PeerMissing,
     SampleChecksum,
@@ -16,7 +15,8 @@ from mountctl.pytorch.benchmark.peer_data import (
     peer_uri,
     sample_digest,
 )
-from mountctl.pytorch.benchmark.peers import peer_cell_count, peer_comparison
+from benchmarks.harness.peers import peer_cell_count, peer_comparison
+from mountctl import InvalidSpec, S3Settings
 
 LOCAL = S3Settings(endpoint_url="http://127.0.0.1:9000", region="us-east-1", access_key_id="AK",
                    secret_access_key="SK")

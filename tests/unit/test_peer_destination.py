@@ -7,10 +7,10 @@ from dataclasses import replace
 
 import pytest
 
+from benchmarks.harness.command import add_bench_arguments
+from benchmarks.harness.config import preset
+from benchmarks.harness.peer_data import PEERS, peer_data_base, peer_uri, source_fingerprint
 from mountctl import InvalidSpec
-from mountctl.pytorch.benchmark.command import add_bench_arguments
-from mountctl.pytorch.benchmark.config import preset
-from mountctl.pytorch.benchmark.peer_data import PEERS, peer_data_base, peer_uri, source_fingerprint
 from mountctl.pytorch.data.manifest import Manifest, ShardInfo
 from mountctl.pytorch.errors import DatasetError
 

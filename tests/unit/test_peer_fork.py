@@ -12,7 +12,7 @@ import os
 
 import pytest
 
-from mountctl.pytorch.benchmark.peer_data import fresh_connections_after_fork
+from benchmarks.harness.peer_data import fresh_connections_after_fork
 from mountctl.pytorch.errors import DatasetError
 
 

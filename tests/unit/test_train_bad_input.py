@@ -15,10 +15,10 @@ import tarfile
 import pytest
 
 from mountctl import InvalidSpec
-from mountctl.pytorch.cli import main
 from mountctl.pytorch.data.shards import read_shard
 from mountctl.pytorch.errors import CheckpointError, TruncatedShard
 from mountctl.pytorch.training.trainer import TrainConfig
+from resnet import main
 
 URI = "s3://no-server-asked/data/"
 

@@ -22,13 +22,10 @@ __all__ = ["Backend", "MountS3", "Rclone", "S3fsFuse", "BACKENDS", "get_backend"
            "mount_s3_takes_read_part_size", "MOUNT_S3_MIN_MEMORY_MB", "MOUNT_S3_READ_PART_BYTES"]
 
 BACKENDS: dict[str, Backend] = {backend.name: backend for backend in (MountS3(), Rclone(), S3fsFuse())}
-# ``auto``'s order, by measurement on the far store (S3's latency and per-connection rate), whole epochs.
-# mount-s3 first where installed (AWS's own client, built for sequential training reads).  Then rclone
-# before s3fs (issue #25, BENCHMARKS.md round 4): over shards the two tie (loader e1 442 vs 441 samples/s,
-# bytes with 4 readers 63 vs 51 MB/s to rclone, random 64 KiB reads 7.2 vs 6.1 MB/s), and for the loaders
-# users bring, one file per sample, rclone is 2 x s3fs in epoch 1 and 7 x in epoch 2 (ImageFolder; 0 requests
-# per open from its cache against s3fs's HEADs).  What it costs: about twice the daemon CPU per GB and
-# 100-180 MB of RSS against s3fs's 16 MB.  (Issue #9's loopback figures had put s3fs first.)
+# ``auto``'s order, by measurement on the far store (S3's latency and per-connection rate), whole epochs: mount-s3
+# first where installed (AWS's own client; it leads a node's many readers at a third of rclone's CPU per GB), then
+# rclone before s3fs (they tie over shards, and for one file per sample rclone answers a cached open with no
+# request where s3fs sends HEADs). The figures are in BENCHMARKS.md; why, in docs/scale.md "The defaults".
 _AUTO_ORDER = ("mount-s3", "rclone", "s3fs")
 
 

@@ -93,9 +93,8 @@ class MountS3(Backend):
         if (not any(flag_value(extra, name) for name in ("--part-size", "--read-part-size"))
                 and not self.read_part_size_note(executable)):
             # GETs in 5 MiB parts (the least the client takes) rather than 8: the client fetches a file's first
-            # part alone before it knows the size, so a smaller one starts the parallel parts sooner. Far store,
-            # 16 MiB files: one reader 57 MB/s against 46, a whole file 256 ms against 338; a random 110 KB read
-            # unchanged at 36 ms (docs/mount-s3.md "Tuned on the far store"). Uploads keep 8 MiB parts.
+            # part alone before it knows the size, so a smaller one starts the parallel parts sooner; a random
+            # read costs the same (measured: docs/mount-s3.md "Tuned on the far store"). Uploads keep 8 MiB parts.
             argv += ["--read-part-size", str(MOUNT_S3_READ_PART_BYTES)]
         return mount_s3_memory_flags(argv + extra, spec.memory_mb)
 

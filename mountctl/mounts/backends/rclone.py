@@ -39,11 +39,10 @@ class Rclone(Backend):
                 "--config", os.path.join(workdir, "rclone.conf"),
                 "--log-file", os.path.join(workdir, "logs", "rclone.log"), "--log-level", "INFO",
                 "--dir-cache-time", _seconds(spec.metadata_ttl_s), "--poll-interval", "0",
-                # Training reads whole shards front to back: stream them with a deep
-                # in-memory read-ahead and no per-file HEAD for modification times.
-                # 16 parallel 4M chunk reads and a 128M buffer per open file: on a store shaped
-                # like S3 (far profile) 270 / 320 MB/s with 1 / 4 readers vs 57 / 212 for one
-                # 64M-chunk stream; memory up to ~150 MB per open file (BENCHMARKS.md "Far store").
+                # Training reads whole shards front to back: stream them with a deep in-memory read-ahead
+                # and no per-file HEAD for modification times. 16 parallel 4M chunk reads and a 128M buffer
+                # per open file: on a store shaped like S3 several times one stream's rate for one reader,
+                # at up to ~150 MB per open file (tuned with benchmarks/lab/tune_far.py).
                 "--no-modtime", "--buffer-size", "128M", "--vfs-read-chunk-size", "4M",
                 "--vfs-read-chunk-streams", "16",
                 "--vfs-read-chunk-size-limit", "off", "--max-read-ahead", "1M"]

@@ -36,9 +36,9 @@ class S3fsFuse(Backend):
             "retries=10",
             "connect_timeout=10",
             "readwrite_timeout=60",
-            # 20 ranged GETs of 5 MB in flight per read: on the far profile 285 / 372 MB/s with
-            # 1 / 4 readers vs 136 / 160 with s3fs's 5 x 10 MB; the parts go to temp files, not
-            # memory (18 MB RSS).  Uploads through the mount then cap at 10,000 x 5 MB per file.
+            # 20 ranged GETs of 5 MB in flight per read: on a store shaped like S3, about twice the rate
+            # of s3fs's own 5 x 10 MB (benchmarks/lab/tune_far.py); the parts go to temp files, not memory.
+            # Uploads through the mount then cap at 10,000 x 5 MB per file.
             "parallel_count=20",
             "multipart_size=5",
         ]

@@ -24,9 +24,8 @@ from dataclasses import replace
 from datetime import datetime, timezone
 from typing import Any
 
-from mountctl import MountctlError, S3Settings, installed_backends, resolve
-from mountctl.pytorch.benchmark.bytes_path import bytes_cell, bytes_routes, cache_note, opened_route, random_cell
-from mountctl.pytorch.benchmark.cells import (
+from benchmarks.harness.bytes_path import bytes_cell, bytes_routes, cache_note, opened_route, random_cell
+from benchmarks.harness.cells import (
     INDEX_ROUTE,
     ceiling_cell,
     first_sample_cell,
@@ -34,20 +33,21 @@ from mountctl.pytorch.benchmark.cells import (
     route_options,
     train_cell,
 )
-from mountctl.pytorch.benchmark.checkpoint_cells import (
+from benchmarks.harness.checkpoint_cells import (
     add_checkpoint_ratios,
     checkpoint_cell_count,
     run_checkpoint_cells,
 )
-from mountctl.pytorch.benchmark.config import QUICK_EXPECTED, DatasetSpec, SweepConfig
-from mountctl.pytorch.benchmark.facts import machine_facts, run_facts, versions
-from mountctl.pytorch.benchmark.limits import LocalDiskSource, copy_shards, raw_get
-from mountctl.pytorch.benchmark.map_cells import add_map_ratios, map_cell_count, map_cells
-from mountctl.pytorch.benchmark.monitor import ResourceMonitor
-from mountctl.pytorch.benchmark.own_data import LEFT_OUT, OwnDataset, find_own_dataset, own_data_config
-from mountctl.pytorch.benchmark.peer_data import check_peers_installed
-from mountctl.pytorch.benchmark.peers import peer_cell_count, peer_cells, peer_train_cells, prepare_peer_data
-from mountctl.pytorch.benchmark.stores import plan_stores
+from benchmarks.harness.config import QUICK_EXPECTED, DatasetSpec, SweepConfig
+from benchmarks.harness.facts import machine_facts, run_facts, versions
+from benchmarks.harness.limits import LocalDiskSource, copy_shards, raw_get
+from benchmarks.harness.map_cells import add_map_ratios, map_cell_count, map_cells
+from benchmarks.harness.monitor import ResourceMonitor
+from benchmarks.harness.own_data import LEFT_OUT, OwnDataset, find_own_dataset, own_data_config
+from benchmarks.harness.peer_data import check_peers_installed
+from benchmarks.harness.peers import peer_cell_count, peer_cells, peer_train_cells, prepare_peer_data
+from benchmarks.harness.stores import plan_stores
+from mountctl import MountctlError, S3Settings, installed_backends, resolve
 from mountctl.pytorch.data.manifest import Manifest, load_manifest
 from mountctl.pytorch.data.sources import open_source
 from mountctl.pytorch.data.synthetic import MakeConfig, make_dataset, parse_size

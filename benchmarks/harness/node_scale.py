@@ -19,11 +19,11 @@ from datetime import datetime, timezone
 from typing import Any
 
 import mountctl
+from benchmarks.harness.limits import ranged_get
+from benchmarks.harness.monitor import ResourceMonitor
+from benchmarks.harness.node_reads import read_as_ranks
+from benchmarks.harness.stores import check_store_choice, far_profile, plan_stores
 from mountctl import installed_backends, parse_s3_uri, s3
-from mountctl.pytorch.benchmark.limits import ranged_get
-from mountctl.pytorch.benchmark.monitor import ResourceMonitor
-from mountctl.pytorch.benchmark.node_reads import read_as_ranks
-from mountctl.pytorch.benchmark.stores import check_store_choice, far_profile, plan_stores
 from mountctl.s3 import S3Settings, resolve
 
 __all__ = ["NodeScaleConfig", "run_node_scale", "node_markdown", "node_table"]
@@ -51,7 +51,7 @@ class NodeScaleConfig:
 
 
 def run_node_scale(config: NodeScaleConfig) -> dict[str, Any]:
-    from mountctl.pytorch.benchmark.facts import machine_facts, run_facts
+    from benchmarks.harness.facts import machine_facts, run_facts
 
     # The date, machine (load average at start included) and command, as the sweep records them.
     facts: dict[str, Any] = {"started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -124,7 +124,7 @@ def _load_average() -> list[float]:
 
 
 def node_table(result: dict[str, Any]) -> str:
-    """The cells as one Markdown table (scripts/benchmarks_md.py takes it as it is)."""
+    """The cells as one Markdown table (benchmarks/benchmarks_md.py takes it as it is)."""
     lines = ["| store | program | MB/s | limit MB/s | x limit | slowest rank / mean | failed reads | restarts | "
              "CPU s/GB | peak RSS MiB (bound) |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for c in result["cells"]:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from benchmarks.harness.stores import check_store_choice, far_profile
 from mountctl import InvalidSpec, parse_s3_uri
-from mountctl.pytorch.benchmark.stores import check_store_choice, far_profile
 from mountctl.pytorch.data.device_decode import DECODE_CHOICES
 from mountctl.pytorch.data.sources import SOURCE_KINDS
 from mountctl.pytorch.data.synthetic import parse_size

@@ -27,9 +27,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from benchmarks.harness.dlio import dlio_venv, read_summary, run_dlio
+from benchmarks.harness.stores import check_store_choice, far_profile, plan_stores
 from mountctl import InvalidSpec, S3Settings, installed_backends, parse_s3_uri, resolve
-from mountctl.pytorch.benchmark.dlio import dlio_venv, read_summary, run_dlio
-from mountctl.pytorch.benchmark.stores import check_store_choice, far_profile, plan_stores
 
 __all__ = ["MlperfWorkload", "MlperfConfig", "SCALES", "dlio_overrides", "accelerators_kept", "search_accelerators",
            "kept_table", "mount_routes", "run_mlperf", "run_mlperf_command", "AU_TARGET"]
@@ -282,7 +282,7 @@ def mount_routes(backends: tuple[str, ...], warm: bool) -> list[str]:
 def run_mlperf(config: MlperfConfig, *, settings: S3Settings | None = None,
                progress: Callable[[str], None] = print) -> dict[str, Any]:
     """Every workload on every route and store; returns the run as one JSON-able dict."""
-    from mountctl.pytorch.benchmark.facts import machine_facts, run_facts, versions
+    from benchmarks.harness.facts import machine_facts, run_facts, versions
 
     venv = dlio_venv()  # before anything is made: a missing DLIO is a setup error
     plan = plan_stores(config.store, settings or resolve(), config.far_latency_ms, config.far_rate_mb_s)
@@ -352,8 +352,8 @@ def kept_table(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def run_mlperf_command(config: MlperfConfig, uri: str | None, default_uri: str, *, progress: bool = True) -> int:
     """``resnet.py bench --suite mlperf``: the suite, its JSON and Markdown under ``--out``, the tables printed.
     ``config`` is built and checked before this starts anything (``benchmark/command.py``)."""
+    from benchmarks.harness.report import mlperf_markdown, write_mlperf_report
     from mountctl import uri_or_embedded
-    from mountctl.pytorch.benchmark.report import mlperf_markdown, write_mlperf_report
 
     dlio_venv()  # a missing DLIO is a setup error: said before the embedded S3 starts, not after
     with uri_or_embedded(uri, default_uri):

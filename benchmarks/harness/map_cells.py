@@ -22,9 +22,9 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from benchmarks.harness.cells import route_options
+from benchmarks.harness.monitor import ResourceMonitor
 from mountctl import MountctlError, S3Settings, parse_s3_uri, s3
-from mountctl.pytorch.benchmark.cells import route_options
-from mountctl.pytorch.benchmark.monitor import ResourceMonitor
 from mountctl.pytorch.data.dataset import BATCH_TIMEOUT_S
 from mountctl.pytorch.data.manifest import Manifest, load_manifest
 from mountctl.pytorch.training.rates import epoch_figures
@@ -117,7 +117,7 @@ def map_loader_cell(manifest: Manifest, source: Any, uri: str, *, num_workers: i
 def map_cells(run: Any, shard_manifest: Manifest, shard_uri: str, shard_dataset: str, local_shards: Any,
               sources: list[tuple[str, str, str]], scratch: str) -> None:
     """Both layouts through every source (and local disk), at each worker count, read-ahead off and on."""
-    from mountctl.pytorch.benchmark.limits import LocalDiskSource
+    from benchmarks.harness.limits import LocalDiskSource
 
     config, settings = run.config, run.settings
     # Made and copied through the endpoint itself (run.origin); read through the store being measured.

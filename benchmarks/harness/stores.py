@@ -92,7 +92,7 @@ def plan_stores(choice: str, settings: S3Settings, latency_ms: float | None = No
     """The stores for ``--store CHOICE`` against ``settings``.
 
     Settings that already point at the embedded server's far proxy (``mountctl local-s3
-    start --profile far``, ``MOUNTCTL_STORE=far scripts/bench.sh``) are not taken for the
+    start --profile far``, ``MOUNTCTL_STORE=far benchmarks/bench.sh``) are not taken for the
     local store: the server behind it is, and that proxy is the far store, unless the
     caller asked for another latency or rate.
     """

@@ -6,8 +6,8 @@ import json
 import os
 from typing import Any
 
-from mountctl.pytorch.benchmark.checkpoint_cells import checkpoint_bars, checkpoint_rows
-from mountctl.pytorch.benchmark.side_by_side import side_by_side
+from benchmarks.harness.checkpoint_cells import checkpoint_bars, checkpoint_rows
+from benchmarks.harness.side_by_side import side_by_side
 
 __all__ = ["write_report", "markdown", "mlperf_markdown", "write_mlperf_report", "header", "sections", "chart",
            "mlperf_header", "mlperf_sections", "PANELS", "table"]
@@ -93,7 +93,7 @@ def header(result: dict[str, Any]) -> list[str]:
 
 def sections(result: dict[str, Any]) -> dict[str, str]:
     """``markdown``'s tables by name, in its order, each a ``## `` section (a section with no cells: absent
-    where ``markdown`` leaves it out). scripts/benchmarks_md.py takes them one by one."""
+    where ``markdown`` leaves it out). benchmarks/benchmarks_md.py takes them one by one."""
     cells = result["cells"]
     stores = _stores(result)
     found = {"stores": "## Stores side by side (each ratio: to the limit in the same store and run)\n\n"
@@ -143,8 +143,8 @@ def sections(result: dict[str, Any]) -> dict[str, str]:
           c.get("program_peak_rss_mb")] if c["status"] == "ok"
          else [c.get("store"), c["dataset"], c["source"], c.get("variant"), c["status"], "", "", "", "", "", ""]
          for c in _ok(cells, "random")])
-    from mountctl.pytorch.benchmark.map_cells import map_markdown
-    from mountctl.pytorch.benchmark.peers import peer_markdown
+    from benchmarks.harness.map_cells import map_markdown
+    from benchmarks.harness.peers import peer_markdown
 
     for name, section in (("map", map_markdown(cells, _table)), ("peers", peer_markdown(cells, _table))):
         if section:

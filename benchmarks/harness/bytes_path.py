@@ -28,10 +28,10 @@ from typing import Any
 
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
+from benchmarks.harness.cells import BATCH_TIMEOUT_S
+from benchmarks.harness.limits import LocalDiskSource, RawGetSource
+from benchmarks.harness.monitor import ResourceMonitor
 from mountctl import S3Settings, parse_s3_uri, s3
-from mountctl.pytorch.benchmark.cells import BATCH_TIMEOUT_S
-from mountctl.pytorch.benchmark.limits import LocalDiskSource, RawGetSource
-from mountctl.pytorch.benchmark.monitor import ResourceMonitor
 from mountctl.pytorch.data.manifest import Manifest
 from mountctl.pytorch.data.sources import SOURCE_KINDS, open_source
 from mountctl.pytorch.errors import DatasetError

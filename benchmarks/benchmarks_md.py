@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""Regenerate BENCHMARKS.md (and docs/benchmark-figures.md, docs/figures/) from bench runs' --out directories.
+"""Regenerate BENCHMARKS.md (and its pictures in docs/figures/) from bench runs' --out directories.
 
-    .venv/bin/python scripts/benchmarks_md.py bench-results/all bench-results/node bench-results/node64 bench-results/mlperf bench-results/checkpoint
+    .venv/bin/python benchmarks/benchmarks_md.py bench-results/all bench-results/node bench-results/node64 bench-results/mlperf bench-results/checkpoint
 
-The work is done by mountctl/pytorch/benchmark/benchmarks_md.py; this only hooks it to the command line.
+The work is done by benchmarks/harness/benchmarks_md.py; this only hooks it to the command line.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ sys.path.insert(0, ROOT)  # run from a checkout: the mountctl beside this script
 
 
 def main(argv: list[str] | None = None) -> int:
+    from benchmarks.harness.benchmarks_md import write_pages
     from mountctl import MountctlError
-    from mountctl.pytorch.benchmark.benchmarks_md import write_pages
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="the --out directory of a `resnet.py bench` run")

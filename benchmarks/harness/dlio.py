@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks.harness import CHECKOUT
 from mountctl import InvalidSpec
 
 __all__ = ["DLIO_VENV_ENV", "dlio_venv", "run_dlio", "read_summary"]
@@ -26,7 +27,7 @@ DLIO_VENV_ENV = "MOUNTCTL_DLIO_VENV"  # where .venv-dlio is, when not beside res
 def dlio_venv() -> Path:
     """``.venv-dlio`` beside resnet.py (or ``$MOUNTCTL_DLIO_VENV``); InvalidSpec with the remedy if it is missing."""
     chosen = os.environ.get(DLIO_VENV_ENV)
-    venv = Path(chosen) if chosen else Path(__file__).resolve().parents[3] / ".venv-dlio"
+    venv = Path(chosen) if chosen else Path(CHECKOUT) / ".venv-dlio"
     if not (venv / "bin" / "dlio_benchmark").exists() or not (venv / "bin" / "mpirun").exists():
         raise InvalidSpec(f"DLIO is not installed at {venv}: run `bash scripts/setup_dlio.sh` (about 1.5 min, "
                           f"1.7 GB), or point ${DLIO_VENV_ENV} at such an environment")

@@ -5,10 +5,10 @@
 #      datasets under that prefix, measures the limits (local disk, raw GET), the loaders of every
 #      source kind and mount program, and ResNet-50 training, and writes JSON, Markdown and PNG
 #      under bench-results/ (or --out).
-#   scripts/bench.sh --quick          a first look: the far store only (a proxy with S3's latency), ~8 min
-#   scripts/bench.sh --quick --store both   the same in both stores (local: the endpoint itself)
-#   scripts/bench.sh --store local    only the endpoint itself
-#   scripts/bench.sh --accelerator gpu
+#   benchmarks/bench.sh --quick          a first look: the far store only (a proxy with S3's latency), ~8 min
+#   benchmarks/bench.sh --quick --store both   the same in both stores (local: the endpoint itself)
+#   benchmarks/bench.sh --store local    only the endpoint itself
+#   benchmarks/bench.sh --accelerator gpu
 # Stops the local S3 again if it started it, also on Ctrl-C.
 set -euo pipefail
 cd "$(dirname "$0")/.."

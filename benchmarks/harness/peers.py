@@ -1,6 +1,6 @@
 """Peer cells: LitData's and MosaicML Streaming's own ``StreamingDataset`` read the bench dataset, beside the mount.
 
-Each cell runs in a child process (``python -m mountctl.pytorch.benchmark.peers``)
+Each cell runs in a child process (``python -m benchmarks.harness.peers``)
 whose environment comes from ``peer_data.peer_env``: the libraries read the
 endpoint and keys from the environment, and a child keeps them, the
 libraries' shared memory and their threads out of the bench process.  The
@@ -24,9 +24,9 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from mountctl import S3Settings, redact, resolve
-from mountctl.pytorch.benchmark.peer_cleanup import remove_streaming_segments
-from mountctl.pytorch.benchmark.peer_data import (
+from benchmarks.harness import CHECKOUT
+from benchmarks.harness.peer_cleanup import remove_streaming_segments
+from benchmarks.harness.peer_data import (
     PEERS,
     SampleChecksum,
     fresh_connections_after_fork,
@@ -35,6 +35,7 @@ from mountctl.pytorch.benchmark.peer_data import (
     peer_uri,
     sample_digest,
 )
+from mountctl import S3Settings, redact, resolve
 from mountctl.pytorch.errors import DatasetError
 
 __all__ = ["PEERS", "PEER_MODES", "CHILD_TIMEOUT_S", "open_peer_dataset", "peer_epochs", "peer_cell_count", "prepare_peer_data",
@@ -139,8 +140,8 @@ def read_epochs(request: dict[str, Any], settings: S3Settings) -> list[dict[str,
 
     from torch.utils.data import DataLoader
 
-    from mountctl.pytorch.benchmark.cells import BATCH_TIMEOUT_S
-    from mountctl.pytorch.benchmark.monitor import ResourceMonitor
+    from benchmarks.harness.cells import BATCH_TIMEOUT_S
+    from benchmarks.harness.monitor import ResourceMonitor
     from mountctl.pytorch.training.rates import epoch_figures
 
     warnings.filterwarnings("ignore", message=r".*suggested max number of worker.*")
@@ -189,8 +190,8 @@ def _train(request: dict[str, Any], inner: Any, cache: str) -> list[dict[str, An
     import lightning
     from torch.utils.data import DataLoader
 
-    from mountctl.pytorch.benchmark.cells import BATCH_TIMEOUT_S
-    from mountctl.pytorch.benchmark.monitor import ResourceMonitor
+    from benchmarks.harness.cells import BATCH_TIMEOUT_S
+    from benchmarks.harness.monitor import ResourceMonitor
     from mountctl.pytorch.notices import quiet_known_notices
     from mountctl.pytorch.training.model import ResNetClassifier
     from mountctl.pytorch.training.throughput import ThroughputMonitor
@@ -308,7 +309,7 @@ def peer_epochs(settings: S3Settings, uri: str, marker: dict[str, Any], *, peer:
 
 
 def _run_child(request: dict[str, Any], env: dict[str, str], peer: str, timeout_s: float) -> tuple[str, str, int]:
-    child = subprocess.Popen([sys.executable, "-m", "mountctl.pytorch.benchmark.peers"], env=env,
+    child = subprocess.Popen([sys.executable, "-m", "benchmarks.harness.peers"], env=env, cwd=CHECKOUT,
                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                              start_new_session=True)  # its own group: a timeout ends the DataLoader workers too
     try:
@@ -359,7 +360,7 @@ def prepare_peer_data(config: Any, settings: S3Settings, uri: str, manifest: Any
     The copies go under ``--peer-data``, or beside data that ``make`` wrote; for a user's own data with no
     ``--peer-data`` this fails before anything is written (``peer_data_base``).
     """
-    from mountctl.pytorch.benchmark.peer_data import ensure_peer_data, peer_data_base
+    from benchmarks.harness.peer_data import ensure_peer_data, peer_data_base
 
     base = peer_data_base(manifest, uri, config.peer_data, config.peers)
     return {peer: ensure_peer_data(settings, uri, manifest, peer, chunk_bytes=_chunk_bytes(manifest), peer_data=base)

@@ -13,8 +13,8 @@ from dataclasses import dataclass, replace
 
 from botocore.exceptions import ClientError
 
+from benchmarks.harness.config import SweepConfig
 from mountctl import S3Settings, parse_s3_uri
-from mountctl.pytorch.benchmark.config import SweepConfig
 from mountctl.pytorch.data.location import IndexLocation
 from mountctl.pytorch.data.manifest import MANIFEST_NAME, Manifest, index_hint, load_dataset_description
 from mountctl.pytorch.errors import DatasetError, NoShards

@@ -11,6 +11,7 @@ from typing import Any
 
 import psutil
 
+from benchmarks.harness import CHECKOUT
 from mountctl import backend_versions
 
 __all__ = ["machine_facts", "run_facts", "versions"]
@@ -53,10 +54,9 @@ def versions() -> dict[str, str | None]:
 
 
 def _git(*args: str) -> str | None:
-    """One git question about the checkout this mountctl was imported from; None outside a checkout."""
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    """One git question about the checkout the harness runs from; None outside a checkout."""
     try:
-        done = subprocess.run(["git", "-C", root, *args], capture_output=True, text=True, timeout=10, check=False)
+        done = subprocess.run(["git", "-C", CHECKOUT, *args], capture_output=True, text=True, timeout=10, check=False)
     except (OSError, subprocess.TimeoutExpired):
         return None
     return done.stdout.strip() if done.returncode == 0 else None
@@ -64,7 +64,7 @@ def _git(*args: str) -> str | None:
 
 def run_facts() -> dict[str, Any]:
     """What was run, from which code: the command line and the commit (``dirty``: tracked files had changes),
-    so that a report regenerated from the run's files can say both (scripts/benchmarks_md.py)."""
+    so that a report regenerated from the run's files can say both (benchmarks/benchmarks_md.py)."""
     commit = _git("rev-parse", "HEAD")
     changes = _git("status", "--porcelain", "--untracked-files=no") if commit else None
     return {"argv": [os.path.basename(sys.argv[0]), *sys.argv[1:]] if sys.argv and sys.argv[0] else [],

@@ -30,9 +30,9 @@ import zlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from benchmarks.harness.config import PEERS
+from benchmarks.harness.limits import copy_shards
 from mountctl import S3Settings, parse_s3_uri, s3
-from mountctl.pytorch.benchmark.config import PEERS
-from mountctl.pytorch.benchmark.limits import copy_shards
 from mountctl.pytorch.data.manifest import Manifest, ShardInfo
 from mountctl.pytorch.data.shards import read_shard
 from mountctl.pytorch.errors import DatasetError

@@ -13,8 +13,8 @@ import io
 import time
 from typing import Any
 
+from benchmarks.harness.monitor import ResourceMonitor
 from mountctl import S3Settings
-from mountctl.pytorch.benchmark.monitor import ResourceMonitor
 from mountctl.pytorch.data.dataset import BATCH_TIMEOUT_S  # a wedged source fails the cell, never hangs it
 from mountctl.pytorch.data.index_mount import object_list_for
 from mountctl.pytorch.data.manifest import Manifest, load_manifest

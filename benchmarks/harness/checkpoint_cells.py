@@ -23,8 +23,9 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from benchmarks.harness import CHECKOUT
+from benchmarks.harness.monitor import ResourceMonitor
 from mountctl import S3Settings, installed_backends
-from mountctl.pytorch.benchmark.monitor import ResourceMonitor
 
 __all__ = ["states_equal", "state_sizes", "checkpoint_routes", "dcp_routes", "run_checkpoint_cells",
            "checkpoint_cell_count", "add_checkpoint_ratios", "checkpoint_rows", "checkpoint_bars", "dcp_failure"]
@@ -237,7 +238,7 @@ def _dcp_cells(run: Any, uri: str, megabytes: int, route: str, errors: tuple[typ
             with ResourceMonitor(program) as monitor:  # both ops: the child times them, not this process
                 done = subprocess.run([sys.executable, "-m", __name__, where, str(megabytes)],
                                       capture_output=True, text=True, timeout=timeout, check=False,
-                                      env=run.settings.child_env())
+                                      env=run.settings.child_env(), cwd=CHECKOUT)
             if done.returncode != 0:
                 raise RuntimeError(f"the DCP ranks failed: {dcp_failure(done.stderr)}")
             figures = json.loads(done.stdout.strip().splitlines()[-1])

@@ -72,7 +72,7 @@ def bench_loader(config: BenchConfig, *, settings: S3Settings | None = None) -> 
                            "epoch_images_per_s": whole.images_per_s,
                            "warmup_batches": rate.warmup_batches, "images_per_s": rate.images_per_s})
         if manifest.layout == "files":  # one object per sample: the map-style loader, read-ahead on
-            from mountctl.pytorch.benchmark.map_cells import READAHEAD_THREADS, map_loader_cell
+            from benchmarks.harness.map_cells import READAHEAD_THREADS, map_loader_cell
 
             for epoch in range(config.epochs):
                 cell = map_loader_cell(manifest, source, config.uri, num_workers=config.num_workers,

@@ -10,7 +10,12 @@ measurement each), ``bytes_path`` (bytes-path and random-read cells),
 from __future__ import annotations
 
 import importlib
+import os
 from typing import Any
+
+# The checkout the harness runs from: its children (``python -m benchmarks.harness.X``) start there, since the
+# harness is not installed anywhere a fresh interpreter would find it.
+CHECKOUT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # Each name loads its module on first use: `resnet.py` builds the bench's options from ``command`` on every
 # start, and `resnet.py index` or `make` should not pay for torch and the peers' libraries for that.

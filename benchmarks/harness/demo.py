@@ -27,14 +27,15 @@ import time
 from dataclasses import dataclass
 from typing import Any, TextIO
 
+from benchmarks.harness import CHECKOUT
+from benchmarks.harness.stores import far_profile, plan_stores
 from mountctl import FarProfile, InvalidSpec, S3Settings, parse_s3_uri, resolve
-from mountctl.pytorch.benchmark.stores import far_profile, plan_stores
 from mountctl.pytorch.data.sources import SOURCE_KINDS
 from mountctl.pytorch.errors import DatasetError
 
 __all__ = ["DemoConfig", "run_demo", "command_line", "comparison_table"]
 
-_RESNET_PY = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "resnet.py")
+_RESNET_PY = os.path.join(CHECKOUT, "resnet.py")
 
 
 @dataclass(frozen=True)
@@ -64,10 +65,8 @@ class DemoConfig:
 
 
 def command_line() -> list[str]:
-    """How to run ``resnet.py``: the file in a checkout, else the installed module."""
-    if os.path.isfile(_RESNET_PY):
-        return [sys.executable, _RESNET_PY]
-    return [sys.executable, "-m", "mountctl.pytorch.cli"]
+    """How to run ``resnet.py``: the file beside this checkout's benchmarks/ (the harness lives only there)."""
+    return [sys.executable, _RESNET_PY]
 
 
 def _run(argv: list[str], timeout_s: float, out: TextIO, settings: S3Settings | None = None

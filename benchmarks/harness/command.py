@@ -1,4 +1,5 @@
-"""``resnet.py bench``'s arguments and what they run; ``cli.py`` only hooks these in.
+"""``resnet.py bench`` and ``resnet.py demo``: their arguments and what they run; ``resnet.py`` hooks them in
+beside the library's own commands (``add_commands``), so the wheel carries no benchmark.
 
 With ``--source-kind`` the command keeps its earlier meaning (one kind's loader
 alone, one JSON line); without it, it runs the side-by-side sweep.
@@ -12,16 +13,16 @@ import signal
 import sys
 from typing import Any
 
+from benchmarks.harness.config import ACCELERATORS, PRESETS, SUITES
+from benchmarks.harness.stores import STORE_CHOICES
 from mountctl import BACKEND_NAMES, InvalidSpec
-from mountctl.pytorch.benchmark.config import ACCELERATORS, PRESETS, SUITES
-from mountctl.pytorch.benchmark.stores import STORE_CHOICES
 from mountctl.pytorch.data.device_decode import DECODE_CHOICES
 from mountctl.pytorch.data.sources import SOURCE_KINDS
 from mountctl.pytorch.data.sources.mountpoint import add_mountpoint_arguments, mountpoint_options
 
-__all__ = ["add_bench_arguments", "bench_config", "run_bench", "DEFAULT_URI"]
+__all__ = ["add_commands", "add_bench_arguments", "bench_config", "run_bench", "DEFAULT_URI"]
 
-DEFAULT_URI = "s3://mountctl/bench/"  # on the embedded local S3, as scripts/bench.sh uses it
+DEFAULT_URI = "s3://mountctl/bench/"  # on the embedded local S3, as benchmarks/bench.sh uses it
 
 
 def _counts(text: str) -> tuple[int, ...]:
@@ -104,18 +105,18 @@ def bench_config(args: argparse.Namespace) -> Any:
 
     ``--store`` left out is both stores, or the far store with ``--quick``, in every suite (``default_store``).
     """
-    from mountctl.pytorch.benchmark.config import default_store, preset
-    from mountctl.pytorch.benchmark.stores import far_profile
+    from benchmarks.harness.config import default_store, preset
+    from benchmarks.harness.stores import far_profile
 
     far_profile(args.far_latency_ms, args.far_rate_mb_s)  # a bad latency or rate fails here, in every suite
     if args.suite == "mlperf":
-        from mountctl.pytorch.benchmark.mlperf import MlperfConfig
+        from benchmarks.harness.mlperf import MlperfConfig
 
         return MlperfConfig(uri=args.uri or DEFAULT_URI, scale=args.preset or ("quick" if args.quick else "full"),
                             backends=args.backends or (), store=args.store or default_store(args.quick),
                             far_latency_ms=args.far_latency_ms, far_rate_mb_s=args.far_rate_mb_s, out=args.out)
     if args.source_kind is not None:
-        from mountctl.pytorch.benchmark.loader import BenchConfig
+        from benchmarks.harness.loader import BenchConfig
 
         if args.uri is None:
             raise InvalidSpec("with --source-kind, give the URI of a dataset written by `resnet.py make`")
@@ -127,7 +128,7 @@ def bench_config(args: argparse.Namespace) -> Any:
             epochs=args.epochs, warmup_batches=args.warmup_batches, backend=args.backend, mount_dir=args.mount_dir,
             seed=args.seed, **mountpoint_options(args))
     if args.suite == "node":
-        from mountctl.pytorch.benchmark.node_scale import NodeScaleConfig
+        from benchmarks.harness.node_scale import NodeScaleConfig
 
         if args.node_object_mb < 1:
             raise InvalidSpec(f"--node-object-mb must be at least 1, not {args.node_object_mb}")
@@ -162,10 +163,10 @@ def run_bench(args: argparse.Namespace, config: Any) -> int:
 
 
 def _run_bench(args: argparse.Namespace, config: Any) -> int:
+    from benchmarks.harness.loader import BenchConfig, bench_loader
+    from benchmarks.harness.mlperf import MlperfConfig, run_mlperf_command
+    from benchmarks.harness.node_scale import NodeScaleConfig
     from mountctl import uri_or_embedded
-    from mountctl.pytorch.benchmark.loader import BenchConfig, bench_loader
-    from mountctl.pytorch.benchmark.mlperf import MlperfConfig, run_mlperf_command
-    from mountctl.pytorch.benchmark.node_scale import NodeScaleConfig
 
     if isinstance(config, MlperfConfig):
         return run_mlperf_command(config, args.uri, DEFAULT_URI, progress=not args.no_progress)
@@ -174,8 +175,8 @@ def _run_bench(args: argparse.Namespace, config: Any) -> int:
         return 0
     if isinstance(config, NodeScaleConfig):
         return _node(config, args)
-    from mountctl.pytorch.benchmark.report import markdown, write_report
-    from mountctl.pytorch.benchmark.sweep import run_sweep
+    from benchmarks.harness.report import markdown, write_report
+    from benchmarks.harness.sweep import run_sweep
 
     with uri_or_embedded(args.uri, DEFAULT_URI):
         result = run_sweep(config)
@@ -186,11 +187,55 @@ def _run_bench(args: argparse.Namespace, config: Any) -> int:
 
 
 def _node(config: Any, args: argparse.Namespace) -> int:
+    from benchmarks.harness.node_scale import node_markdown, run_node_scale, write_node_report
     from mountctl import uri_or_embedded
-    from mountctl.pytorch.benchmark.node_scale import node_markdown, run_node_scale, write_node_report
 
     with uri_or_embedded(args.uri, DEFAULT_URI):
         result = run_node_scale(config)
     print(node_markdown(result))
     print("wrote " + write_node_report(result, args.out), flush=True)
     return 0
+
+
+def _demo_config(args: argparse.Namespace) -> Any:
+    from benchmarks.harness.demo import DemoConfig
+
+    return DemoConfig(uri=args.uri or DemoConfig.uri, num_images=args.num_images, image_size=args.image_size,
+                      batch_size=args.batch_size, max_epochs=args.max_epochs, num_workers=args.num_workers,
+                      kinds=tuple(args.kinds), store=args.store, far_latency_ms=args.far_latency_ms,
+                      far_rate_mb_s=args.far_rate_mb_s)
+
+
+def _demo(args: argparse.Namespace, config: Any) -> int:
+    from benchmarks.harness.demo import DemoConfig, run_demo
+    from mountctl import uri_or_embedded
+
+    with uri_or_embedded(args.uri, DemoConfig.uri):
+        rows = run_demo(config)
+    return 0 if all(row["status"] == 0 and row["summary"] for row in rows) else 1
+
+
+def add_commands(commands: Any) -> None:
+    """``bench`` and ``demo`` on ``resnet.py``'s subcommands (``mountctl.pytorch.cli.build_parser``'s hook)."""
+    bench = commands.add_parser("bench", help="every source kind side by side with the local-disk and raw-GET "
+                                "limits: loader and ResNet-50 training throughput, JSON + Markdown + PNG")
+    add_bench_arguments(bench)
+    bench.set_defaults(func=run_bench, configure=bench_config)
+
+    demo = commands.add_parser("demo", help="make a small dataset, train with each source kind, compare images/s")
+    demo.add_argument("uri", nargs="?", default=None,
+                      help="s3://bucket/prefix/ for the demo's dataset (default: s3://mountctl/demo-shards/ "
+                      "on the embedded local S3, started if it is not running)")
+    demo.add_argument("--num-images", type=int, default=512)
+    demo.add_argument("--image-size", type=int, default=64)
+    demo.add_argument("--batch-size", type=int, default=32)
+    demo.add_argument("--max-epochs", type=int, default=2, help="default 2: epoch 1 and epoch 2 shown apart")
+    demo.add_argument("--num-workers", type=int, default=2)
+    demo.add_argument("--kinds", nargs="+", choices=list(SOURCE_KINDS), default=list(SOURCE_KINDS))
+    demo.add_argument("--store", choices=("local", "far"), default="far",
+                      help="far (default): train and bench read through a proxy with S3's latency and rate, so the "
+                      "table shows what a user on S3 sees; local: the endpoint itself. A store not on this machine "
+                      "is read as it is")
+    demo.add_argument("--far-latency-ms", type=float, default=None, help="far store: delay per request")
+    demo.add_argument("--far-rate-mb-s", type=float, default=None, help="far store: MB/s per connection")
+    demo.set_defaults(func=_demo, configure=_demo_config)

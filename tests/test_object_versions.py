@@ -235,3 +235,50 @@ def test_train_stops_in_one_line_naming_the_replaced_shard_and_its_fix(s3_env, s
     # `make` wrote its fix is `make`, for a user's index it is `index` (tests/test_own_data.py).
     assert f"{uri}{victim.name}" in lines[0] and "replaced" in lines[0], lines[0]
     assert f"resnet.py make {uri}" in lines[0] or f"resnet.py index {uri}" in lines[0], lines[0]
+
+
+def test_read_ahead_through_mount_s3_never_serves_a_shard_replaced_after_it_was_warmed(s3_env, s3, bucket,
+                                                                                      mount_root):
+    """Mountpoint's default read-ahead warms a reader's next shards into mount-s3's cache before the reader gets
+    there. A shard overwritten after it was warmed (same size, one bit apart) must then be read as the version the
+    index names, whole, or refused in one line: never the new bytes, never a mix."""
+    from mountctl.mounts.backends import BACKENDS
+    from mountctl.pytorch.data.manifest import load_manifest
+
+    from conftest import missing
+    from torch_support import make_tiny_dataset
+
+    require_fuse()
+    if not BACKENDS["mount-s3"].available():
+        missing("mount-s3 is not installed; `bash scripts/setup.sh` builds it")
+    uri = f"s3://{bucket}/data/"
+    make_tiny_dataset(uri, num_images=48, shard_size="8KB")
+    manifest = load_manifest(resolve(), uri)
+    assert len(manifest.shards) >= 4
+    names = [shard.name for shard in manifest.shards]
+    old = {name: s3.get_object(Bucket=bucket, Key="data/" + name)["Body"].read() for name in names}
+    victim = names[2]
+    with open_source("mountpoint", uri, resolve(), backend="mount-s3", mount_dir=str(mount_root / "m")) as source:
+        assert source.describe()["read_ahead"] is True  # the default with mount-s3
+        shards = source.open_shards(names, [shard.etag for shard in manifest.shards])
+        _, first = next(shards)
+        assert first.read() == old[names[0]]
+        deadline = time.monotonic() + 30
+        while victim not in os.listdir(source.read_ahead_dir):  # the warmer has claimed (and is reading) it
+            assert time.monotonic() < deadline, "the read-ahead never reached the third shard"
+            time.sleep(0.05)
+        time.sleep(1.0)  # let the warm finish: the shard is 8 KB
+        body = old[victim]
+        new_etag = _put(s3, bucket, "data/" + victim, body[:-1] + bytes([body[-1] ^ 1]))
+        read, refused = {names[0]}, None
+        try:
+            for name, stream in shards:
+                assert stream.read() == old[name], f"{name} was served with bytes the index does not name"
+                read.add(name)
+        except ObjectChanged as exc:
+            refused = exc
+    if refused is None:  # served from what was warmed: the indexed version, whole
+        assert read == set(names)
+    else:
+        _assert_one_line_naming(refused, uri + victim, manifest.shards[2].etag, new_etag)
+        assert victim not in read

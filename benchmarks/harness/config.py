@@ -167,7 +167,9 @@ class SweepConfig:
 QUICK_EXPECTED = "about 3.5 minutes on two idle CPU cores once its datasets exist (more on a fresh clone or a busy machine)"
 PRESETS: dict[str, dict[str, object]] = {
     "full": {},
-    "quick": {"num_workers": (2,), "shard_sizes": ("16MB",), "dataset_sizes": (2000,), "train_steps": 4,
+    # 4 MB shards: 2,000 images make about 8 shards per reader, so cross-file read-ahead can show (16 MB shards
+    # gave two per reader, and half of every epoch was a cold first shard).
+    "quick": {"num_workers": (2,), "shard_sizes": ("4MB",), "dataset_sizes": (2000,), "train_steps": 4,
               "train_warmup_steps": 2, "train_batch_size": 16, "random_reads": 100, "checkpoint_model": "resnet18",
               "checkpoint_mb": 256, "quick": True, "store": "far", "map_cells": False, "checkpoints": False},
     # For tests: a few tiny images; every cell still runs through the real code paths.

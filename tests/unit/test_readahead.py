@@ -97,3 +97,24 @@ def test_no_warming_while_the_nodes_warm_slots_are_all_taken(tmp_path):
         warmer.stop()
         for fd in held:
             os.close(fd)
+
+
+def test_the_nodes_warm_slots_follow_its_readers_within_bounds():
+    """Two slots per node starved a node of many readers; more than one per reader only queues at the store."""
+    from mountctl.pytorch.data.readahead import MAX_WARM_SLOTS, WARM_SLOTS, warm_slots
+
+    assert [warm_slots(n) for n in (1, 2, 4, 8)] == [WARM_SLOTS, 2, 4, 8]
+    assert warm_slots(64) == MAX_WARM_SLOTS
+
+
+def test_read_ahead_defaults_on_only_where_the_program_is_mount_s3(monkeypatch):
+    import mountctl
+    from mountctl.pytorch.data.sources.mountpoint import read_ahead_default
+
+    assert read_ahead_default("mount-s3", False) and not read_ahead_default("rclone", False)
+    assert not read_ahead_default("s3fs", False) and read_ahead_default("rclone", True)  # a list mounts mount-s3
+    # auto: whichever program auto picks (which programs are installed is a path lookup, given per case)
+    monkeypatch.setattr(mountctl, "installed_backends", lambda: ("mount-s3", "rclone"))
+    assert read_ahead_default("auto", False)
+    monkeypatch.setattr(mountctl, "installed_backends", lambda: ("rclone", "s3fs"))
+    assert not read_ahead_default("auto", False)

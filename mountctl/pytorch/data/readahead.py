@@ -5,9 +5,10 @@ shards it will open, in order.  A ``Warmer`` reads the next ``shards_ahead``
 of them through the mount, front to back in 1 MiB blocks, so the mount
 program's disk cache holds them when the reader gets there.  Bounds: one
 thread and one block buffer per reader, never more than ``shards_ahead``
-shards warmed ahead of the reader, and at most ``WARM_SLOTS`` shards being
-warmed at once on the node (a warmer holds one of that many file locks in the
-record directory while it reads).  Once per node: every shard is claimed in
+shards warmed ahead of the reader, and at most ``slots`` shards being warmed
+at once on the node (a warmer holds one of that many file locks in the record
+directory while it reads): ``warm_slots`` sizes that by the node's readers, so
+that the store sees at most twice the streams the readers alone would open.  Once per node: every shard is claimed in
 a record directory next to the mount's cache (a file created with O_EXCL), by
 a warmer before it warms it and by a reader before it opens it, so no shard
 is fetched twice on the node however many ranks and workers read.  The record
@@ -25,18 +26,28 @@ import os
 import threading
 from collections.abc import Iterator, Sequence
 
-__all__ = ["Warmer", "claim", "warm_slot", "WARM_SLOTS", "BLOCK"]
+__all__ = ["Warmer", "claim", "warm_slot", "warm_slots", "WARM_SLOTS", "MAX_WARM_SLOTS", "BLOCK"]
 
 log = logging.getLogger("mountctl")
 
 BLOCK = 1 << 20  # each warmer's one read buffer (FUSE hands out at most this much per request anyway)
-WARM_SLOTS = 2  # shards warmed at once per node, over all ranks and workers
+WARM_SLOTS = 2  # the fewest shards warmed at once per node, over all ranks and workers
+MAX_WARM_SLOTS = 16  # and the most: each one is a file's prefetch window in the mount program's memory
+
+
+def warm_slots(readers_on_node: int) -> int:
+    """Shards warmed at once on a node of ``readers_on_node`` readers (every rank's DataLoader workers): one per
+    reader, so each reader's next shard streams beside the one it parses, within [WARM_SLOTS, MAX_WARM_SLOTS].
+
+    Two per node starved a node of many readers (each warm waited for a slot while its reader caught up), and
+    more than one per reader only moves the wait to the store."""
+    return max(WARM_SLOTS, min(MAX_WARM_SLOTS, readers_on_node))
 
 
 @contextlib.contextmanager
-def warm_slot(record_dir: str, stop: threading.Event) -> Iterator[bool]:
-    """Hold one of the node's ``WARM_SLOTS`` (True), waiting for a free one; False if stopped first."""
-    fds = [os.open(os.path.join(record_dir, f".slot-{i}"), os.O_RDWR | os.O_CREAT, 0o600) for i in range(WARM_SLOTS)]
+def warm_slot(record_dir: str, stop: threading.Event, slots: int = WARM_SLOTS) -> Iterator[bool]:
+    """Hold one of the node's ``slots`` (True), waiting for a free one; False if stopped first."""
+    fds = [os.open(os.path.join(record_dir, f".slot-{i}"), os.O_RDWR | os.O_CREAT, 0o600) for i in range(slots)]
     try:
         while not stop.is_set():
             for fd in fds:
@@ -71,9 +82,10 @@ class Warmer:
     """Warms ``names[i+1 : i+1+shards_ahead]`` while the reader is at shard ``i`` (see ``at``)."""
 
     def __init__(self, root: str, names: Sequence[str], record_dir: str, *, shards_ahead: int = 2,
-                 retry_for_s: float = 60.0) -> None:
+                 slots: int = WARM_SLOTS, retry_for_s: float = 60.0) -> None:
         self.root, self.names, self.record_dir = root, list(names), record_dir
         self.shards_ahead = shards_ahead
+        self.slots = slots
         self.retry_for_s = retry_for_s
         self.warmed: list[str] = []  # shards this warmer fetched, in order
         self.most_ahead = 0  # the most shards it ever had warmed ahead of the reader
@@ -133,7 +145,7 @@ class Warmer:
             if not claim(self.record_dir, name):
                 continue
             try:
-                with warm_slot(self.record_dir, self._stopped) as held:
+                with warm_slot(self.record_dir, self._stopped, self.slots) as held:
                     if not held:
                         return
                     self.warmed.append(name)

@@ -17,7 +17,7 @@ from mountctl.pytorch.data.sources.reader_state import PerProcessState
 from mountctl.pytorch.data.sources.refreshing import Credentials
 
 __all__ = ["MountpointSource", "mountpoint_source", "FileReader", "add_mountpoint_arguments", "mountpoint_options",
-           "memory_bound_mb"]
+           "memory_bound_mb", "read_ahead_default"]
 
 T = TypeVar("T")
 
@@ -205,6 +205,7 @@ class MountpointSource:
     cache_size_mb: int | None = None
     read_ahead_dir: str | None = None  # the node's record of claimed shards; None: no read-ahead
     shards_ahead: int = 2
+    warm_slots: int = 2  # shards warmed at once on the node (readahead.warm_slots)
 
     def open_shards(self, names: Sequence[str], etags: Sequence[str | None] | None = None
                     ) -> Iterator[tuple[str, BinaryIO]]:
@@ -217,7 +218,8 @@ class MountpointSource:
         pins = shard_pins(str(location), names, etags, store.etag_now)
         warmer = None
         if self.read_ahead_dir is not None:
-            warmer = Warmer(self.root, names, self.read_ahead_dir, shards_ahead=self.shards_ahead).start()
+            warmer = Warmer(self.root, names, self.read_ahead_dir, shards_ahead=self.shards_ahead,
+                            slots=self.warm_slots).start()
         try:
             for index, name in enumerate(names):
                 if warmer is not None:
@@ -249,7 +251,7 @@ class MountpointSource:
 @contextlib.contextmanager
 def mountpoint_source(uri: str, settings: S3Settings, *, backend: str = "auto", mount_dir: str | None = None,
                       cache: bool = True, cache_dir: str | None = None, cache_size_mb: int | None = None,
-                      read_ahead: bool = False, shards_ahead: int = 2, dataset_bytes: int | None = None,
+                      read_ahead: bool | None = None, shards_ahead: int = 2, dataset_bytes: int | None = None,
                       readers: int | None = None, memory_mb: int | None = None, objects: str | None = None,
                       from_index: bool = False, manifest: Any = None, **_: Any) -> Iterator[MountpointSource]:
     """Mount ``uri`` read-only for the run; ranks on one node share the one mount.
@@ -258,8 +260,9 @@ def mountpoint_source(uri: str, settings: S3Settings, *, backend: str = "auto", 
     route reads what the other kinds read; ranks making the same request share one mount.
     With ``cache`` (the default) the program keeps what it read on the node's disk
     (``$MOUNTCTL_HOME/cache`` or ``cache_dir``; size: ``dataset_bytes``, at most half the
-    free disk, or ``cache_size_mb``) for the mount's lifetime, and with ``read_ahead`` (off by
-    default) each reader warms its next ``shards_ahead`` shards into it.  Pass ``dataset_bytes``
+    free disk, or ``cache_size_mb``) for the mount's lifetime, and with ``read_ahead`` each reader warms its
+    next ``shards_ahead`` shards into it (``None``, the default: on where the program is mount-s3, see
+    ``read_ahead_default``).  Pass ``dataset_bytes``
     from the manifest: without it the size is one LIST of the objects directly under the prefix,
     which misses the files layout's ``train/<class>/`` objects.  ``readers`` (DataLoader workers
     per rank) bounds the program's memory to what the plan reads at once, for every rank on this
@@ -269,7 +272,10 @@ def mountpoint_source(uri: str, settings: S3Settings, *, backend: str = "auto", 
     run's ``manifest`` here, the one kind that mounts.
     """
     import mountctl
+    from mountctl.pytorch.data.readahead import warm_slots
 
+    if read_ahead is None:
+        read_ahead = read_ahead_default(backend, objects is not None or from_index)
     if from_index and objects is None:
         from mountctl.pytorch.data.index_mount import object_list_for
 
@@ -281,9 +287,9 @@ def mountpoint_source(uri: str, settings: S3Settings, *, backend: str = "auto", 
             dataset_bytes = sum(s3.list_object_sizes(s3.short_client(settings), location.bucket,
                                                      location.prefix).values())
         options = mountctl.cache_options(dataset_bytes, cache_dir, cache_size_mb)
+    readers_on_node = max(1, readers or 1) * int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)
     if memory_mb is None and readers is not None:
-        local_ranks = int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)
-        memory_mb = memory_bound_mb(readers * local_ranks, shards_ahead if read_ahead and cache else 0)
+        memory_mb = memory_bound_mb(readers_on_node, shards_ahead if read_ahead and cache else 0)
     if memory_mb is not None:
         options["memory_mb"] = memory_mb
     if objects is not None:
@@ -297,7 +303,24 @@ def mountpoint_source(uri: str, settings: S3Settings, *, backend: str = "auto", 
         yield MountpointSource(root=mounted.path, backend=mounted.backend, mount_pid=mounted.pid,
                                uri=str(location), settings=settings, cache_dir=cache_in_use.get("cache_dir"),
                                cache_size_mb=cache_in_use.get("cache_size_mb"), read_ahead_dir=record,
-                               shards_ahead=shards_ahead)
+                               shards_ahead=shards_ahead, warm_slots=warm_slots(readers_on_node))
+
+
+def read_ahead_default(backend: str, from_list: bool) -> bool:
+    """Read-ahead when nothing says: on where the mount program is mount-s3, off for rclone and s3fs.
+
+    Mountpoint's prefetcher belongs to one open file and nothing in it reads across files, so the next shard
+    starts cold unless the layer that knows the plan warms it; and mount-s3 spends about a third of rclone's CPU
+    per GB, so on a small machine the warm does not take the cores the loader needs, which it did for rclone
+    and s3fs (BENCHMARKS.md; docs/training.md "Read-ahead")."""
+    if from_list:
+        return True  # a list of objects mounts only with mount-s3
+    if backend == "auto":
+        from mountctl import installed_backends
+
+        chosen = installed_backends()
+        return bool(chosen) and chosen[0] == "mount-s3"
+    return backend == "mount-s3"
 
 
 def add_mountpoint_arguments(parser: Any) -> None:
@@ -309,9 +332,10 @@ def add_mountpoint_arguments(parser: Any) -> None:
     parser.add_argument("--cache-size-mb", type=int, default=None,
                         help="mountpoint kind: data cache cap in MiB (default: the dataset's size, at most "
                         "half the free disk)")
-    parser.add_argument("--read-ahead", action=argparse.BooleanOptionalAction, default=False,
-                        help="mountpoint kind, with the cache: warm each reader's next shards into it (default "
-                        "off: it slowed epoch 1 on a 2-core machine, where the mount program is CPU-bound)")
+    parser.add_argument("--read-ahead", action=argparse.BooleanOptionalAction, default=None,
+                        help="mountpoint kind, with the cache: warm each reader's next shards into it (default: on "
+                        "with mount-s3, whose prefetcher never reads across files; off with rclone and s3fs, where "
+                        "it took the CPU the loader needed on a 2-core machine)")
     parser.add_argument("--from-index", action=argparse.BooleanOptionalAction, default=False,
                         help="mountpoint kind: mount exactly the objects the dataset's index lists, with mountctl's "
                         "mount-s3: no LIST or HEAD per open, each read pinned to the indexed ETag (default off)")

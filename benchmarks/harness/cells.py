@@ -22,23 +22,32 @@ from mountctl.pytorch.training.rates import epoch_figures
 
 # A route that mounts exactly the objects of the dataset's index (mount-s3's manifest mount, ``--from-index``).
 INDEX_ROUTE = "+index"
+# The default mount with its plan-driven read-ahead turned off: the lever measured beside the default, same run.
+NO_READ_AHEAD_ROUTE = "-no-read-ahead"
 
 
 def route_backend(backend: str) -> tuple[str, bool]:
     """(mount program, whether it mounts from the index) of a plan's backend (``mount-s3+index``)."""
-    return backend.removesuffix(INDEX_ROUTE), backend.endswith(INDEX_ROUTE)
+    program = backend.removesuffix(NO_READ_AHEAD_ROUTE)
+    return program.removesuffix(INDEX_ROUTE), program.endswith(INDEX_ROUTE)
+
+
+def route_read_ahead(backend: str) -> bool | None:
+    """False for a ``-no-read-ahead`` route; None (the mountpoint kind's default) for every other."""
+    return False if backend.endswith(NO_READ_AHEAD_ROUTE) else None
 
 
 def route_options(uri: str, settings: S3Settings, backend: str) -> dict[str, Any]:
-    """``open_source``'s options for a plan's backend: the program, and for an index route the object list."""
+    """``open_source``'s options for a plan's backend: the program, for an index route the object list, and the
+    read-ahead where the route turns it off."""
     program, from_index = route_backend(backend)
-    options: dict[str, Any] = {"backend": program}
+    options: dict[str, Any] = {"backend": program, "read_ahead": route_read_ahead(backend)}
     if from_index:
         options["objects"] = object_list_for(load_manifest(settings, uri), settings, uri)
     return options
 
-__all__ = ["loader_cell", "first_sample_cell", "train_cell", "ceiling_cell", "BATCH_TIMEOUT_S", "INDEX_ROUTE", "route_backend",
-           "route_options"]
+__all__ = ["loader_cell", "first_sample_cell", "train_cell", "ceiling_cell", "BATCH_TIMEOUT_S", "INDEX_ROUTE",
+           "NO_READ_AHEAD_ROUTE", "route_backend", "route_read_ahead", "route_options"]
 
 
 
@@ -114,7 +123,8 @@ def train_cell(uri: str, settings: S3Settings, *, kind: str, backend: str, batch
 
     _quiet_lightning()
     program, from_index = route_backend(backend)
-    config = TrainConfig(uri=uri, source_kind=kind, backend=program, from_index=from_index, batch_size=batch_size,
+    config = TrainConfig(uri=uri, source_kind=kind, backend=program, from_index=from_index,
+                         read_ahead=route_read_ahead(backend), batch_size=batch_size,
                          max_epochs=epochs,
                          num_workers=num_workers, precision=precision, accelerator=accelerator, devices="1",
                          warmup_batches=warmup_steps, progress=False, seed=seed, decode=decode)

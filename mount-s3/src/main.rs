@@ -3,6 +3,7 @@
 //! One args struct (cli.rs), one `run` (run.rs) that builds the client, the file system and the session, and
 //! this file: parse, mount in the foreground or as a daemon, print AWS's ready line, wait for the end.
 
+mod build_info;
 mod cli;
 mod manifest;
 mod run;
@@ -18,28 +19,7 @@ use clap::error::{ContextKind, ErrorKind};
 
 use crate::cli::CliArgs;
 
-/// The mountpoint-s3-fs version pinned in Cargo.toml.
-macro_rules! fs_version {
-    () => {
-        "0.11.0"
-    };
-}
-pub const FS_VERSION: &str = fs_version!();
-/// What `--version` prints after the program's name.
-pub const VERSION: &str = concat!(
-    "built from mountpoint-s3-fs ",
-    fs_version!(),
-    " (mountctl front end ",
-    env!("CARGO_PKG_VERSION"),
-    ")"
-);
-pub const VERSION_LINE: &str = concat!(
-    "mount-s3 built from mountpoint-s3-fs ",
-    fs_version!(),
-    " (mountctl front end ",
-    env!("CARGO_PKG_VERSION"),
-    ")"
-);
+pub use crate::build_info::{FS_VERSION, VERSION, VERSION_LINE};
 
 /// Set in the daemon child that a background mount starts: mount, say so on stdout, then go quiet.
 const DAEMON_CHILD_ENV: &str = "MOUNTCTL_MOUNT_S3_DAEMON_CHILD";

@@ -9,7 +9,9 @@ use std::path::Path;
 
 use anyhow::{Context as _, anyhow};
 use mountpoint_s3_client::checksums::crc32c;
-use mountpoint_s3_fs::manifest::{ChannelManifest, InputManifestEntry, InputManifestError, Manifest, ManifestMetablock, create_db};
+use mountpoint_s3_fs::manifest::{
+    ChannelManifest, InputManifestEntry, InputManifestError, Manifest, ManifestMetablock, create_db,
+};
 use mountpoint_s3_fs::s3::S3Path;
 
 /// The manifest's store lives in a private temporary directory removed with the process.
@@ -31,11 +33,10 @@ pub fn directory_name(s3_path: &S3Path) -> String {
 
 pub fn metablock(path: &Path, s3_path: &S3Path, directory: Option<&str>) -> anyhow::Result<ManifestMount> {
     let file = File::open(path).with_context(|| format!("cannot open manifest {}", path.display()))?;
-    let entries = BufReader::new(file)
-        .lines()
-        .enumerate()
-        .filter(|(_, line)| !matches!(line, Ok(l) if l.is_empty()))
-        .map(|(n, line)| parse_line(n + 1, line.map_err(|e| InputManifestError::CsvOpenError(path.to_path_buf(), e))?));
+    let entries =
+        BufReader::new(file).lines().enumerate().filter(|(_, line)| !matches!(line, Ok(l) if l.is_empty())).map(
+            |(n, line)| parse_line(n + 1, line.map_err(|e| InputManifestError::CsvOpenError(path.to_path_buf(), e))?),
+        );
     let store = tempfile::Builder::new()
         .prefix("mount-s3-manifest-")
         .tempdir()

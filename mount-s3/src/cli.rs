@@ -36,6 +36,7 @@ const MOUNTCTL: &str = "mountctl's own options (not in AWS's mount-s3)";
 const DEFAULT_REGION: &str = "us-east-1";
 /// The data cache's block size, which is also one of the memory pool's buffer sizes.
 pub const CACHE_BLOCK_SIZE: u64 = 1024 * 1024;
+const MIB: u64 = 1024 * 1024;
 
 /// Mount an S3 bucket (or a prefix of it) as a local directory, with AWS's Mountpoint file system.
 ///
@@ -131,9 +132,10 @@ pub struct CliArgs {
     #[arg(long, default_value = "16", value_parser = clap::value_parser!(u64).range(1..), help_heading = CLIENT)]
     pub max_threads: u64,
 
-    /// Memory target in MiB that Mountpoint tries to stay within [default: 95% of the machine's memory]
-    #[arg(long, value_parser = clap::value_parser!(u64).range(512..), help_heading = CLIENT)]
-    pub memory_target: Option<u64>,
+    /// Memory target in MiB that Mountpoint tries to stay within, at least 512 [default: 95% of the machine's
+    /// memory]
+    #[arg(long, value_parser = parse_memory_target, help_heading = CLIENT)]
+    pub memory_target: Option<Mebibytes>,
 
     /// Part size in bytes for multi-part GET and PUT
     #[arg(long, default_value = "8388608", value_parser = clap::value_parser!(u64).range(1..), help_heading = CLIENT)]
@@ -176,8 +178,8 @@ pub struct CliArgs {
     pub cache: Option<PathBuf>,
 
     /// Maximum size of the cache directory in MiB; 0 turns the cache off [default: keep 5% of the disk free]
-    #[arg(long, requires = "cache", help_heading = CACHING)]
-    pub max_cache_size: Option<u64>,
+    #[arg(long, requires = "cache", value_parser = parse_mebibytes, help_heading = CACHING)]
+    pub max_cache_size: Option<Mebibytes>,
 
     /// How long metadata may be served from cache: seconds, 'indefinite' or 'minimal'
     /// [default: 60 s with --cache, else 'minimal']
@@ -213,6 +215,56 @@ pub struct CliArgs {
 pub enum UploadChecksums {
     Crc32c,
     Off,
+}
+
+/// A size given in MiB, known to fit in this machine's address space once in bytes.
+///
+/// The check is made where the flag is parsed: an unchecked `mib * 1024 * 1024` wrapped a huge
+/// `--max-cache-size` round to a cache of 0 bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Mebibytes {
+    mib: u64,
+    bytes: usize,
+}
+
+impl Mebibytes {
+    pub fn new(mib: u64) -> Option<Self> {
+        let bytes = usize::try_from(mib.checked_mul(MIB)?).ok()?;
+        Some(Self { mib, bytes })
+    }
+
+    pub fn mib(self) -> u64 {
+        self.mib
+    }
+
+    pub fn bytes(self) -> usize {
+        self.bytes
+    }
+}
+
+/// The most MiB a size flag takes: as many bytes as a `usize` holds.
+fn most_mebibytes() -> u64 {
+    usize::MAX as u64 / MIB
+}
+
+fn parse_mebibytes(value: &str) -> Result<Mebibytes, String> {
+    if value.is_empty() || !value.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(format!("{value:?} is not a whole number of MiB"));
+    }
+    value
+        .parse::<u64>()
+        .ok()
+        .and_then(Mebibytes::new)
+        .ok_or_else(|| format!("{value} MiB is more than this machine can address (at most {} MiB)", most_mebibytes()))
+}
+
+fn parse_memory_target(value: &str) -> Result<Mebibytes, String> {
+    let target = parse_mebibytes(value)?;
+    let least = MINIMUM_MEM_LIMIT as u64 / MIB;
+    if target.mib() < least {
+        return Err(format!("{value} MiB is below {least} MiB, the least memory target Mountpoint takes"));
+    }
+    Ok(target)
 }
 
 fn parse_perm_bits(value: &str) -> Result<u16, String> {
@@ -305,7 +357,7 @@ impl CliArgs {
 
     pub fn memory_limit(&self) -> MemoryLimitSetting {
         match self.memory_target {
-            Some(mib) => MemoryLimitSetting::User(mib as usize * 1024 * 1024),
+            Some(target) => MemoryLimitSetting::User(target.bytes()),
             None => {
                 MemoryLimitSetting::Default(((effective_total_memory() as f64 * 0.95) as usize).max(MINIMUM_MEM_LIMIT))
             }
@@ -419,12 +471,12 @@ impl CliArgs {
     pub fn data_cache_config(&self) -> DataCacheConfig {
         let disk_cache_config = match (&self.cache, self.max_cache_size) {
             (None, _) => None,
-            (Some(_), Some(0)) => None,
+            (Some(_), Some(size)) if size.mib() == 0 => None,
             (Some(dir), size) => Some(DiskDataCacheConfig {
                 cache_directory: dir.clone(),
                 block_size: CACHE_BLOCK_SIZE,
                 limit: match size {
-                    Some(mib) => CacheLimit::TotalSize { max_size: (mib * 1024 * 1024) as usize },
+                    Some(size) => CacheLimit::TotalSize { max_size: size.bytes() },
                     None => CacheLimit::default(),
                 },
             }),
@@ -505,11 +557,48 @@ mod tests {
         ])
         .expect("mountctl's command line");
         assert!(args.foreground && args.allow_delete && args.force_path_style && args.no_sign_request);
-        assert_eq!((args.max_cache_size, args.memory_target), (Some(2048), Some(512)));
+        assert_eq!(args.max_cache_size.map(Mebibytes::bytes), Some(2048 * 1024 * 1024));
+        assert_eq!(args.memory_target.map(Mebibytes::bytes), Some(512 * 1024 * 1024));
         assert_eq!(args.prefix(), "train/");
         assert_eq!(args.ready_line(), "prefix train/ of bucket my-bucket is mounted at /mnt/data");
         let read_only_list = parse(&["--read-only", "--manifest", "/tmp/x.tsv", "--manifest-directory", "train"]);
         assert!(read_only_list.expect("a list mount's flags").is_read_only());
+    }
+
+    #[test]
+    fn sizes_in_mib_are_converted_to_bytes() {
+        assert_eq!(parse_mebibytes("0").map(Mebibytes::bytes), Ok(0));
+        assert_eq!(parse_mebibytes("1").map(Mebibytes::bytes), Ok(1 << 20));
+        assert_eq!(parse_mebibytes("0100").map(Mebibytes::bytes), Ok(100 << 20));
+        let most = most_mebibytes();
+        assert_eq!(parse_mebibytes(&most.to_string()).map(Mebibytes::mib), Ok(most));
+    }
+
+    #[test]
+    fn sizes_in_mib_that_would_overflow_are_refused() {
+        for value in [(most_mebibytes() + 1).to_string(), u64::MAX.to_string(), "99999999999999999999999".into()] {
+            let error = parse_mebibytes(&value).expect_err(&value);
+            assert!(error.contains("more than this machine can address"), "{error}");
+        }
+        for value in ["", "-1", "+5", "1.5", "1G", " 5"] {
+            let error = parse_mebibytes(value).expect_err(value);
+            assert!(error.contains("not a whole number of MiB"), "{error}");
+        }
+    }
+
+    #[test]
+    fn a_huge_cache_size_is_refused_in_one_line_not_wrapped_to_zero() {
+        let line = refused(&["--cache", "/tmp/c", "--max-cache-size", "17592186044416"]);
+        assert!(line.contains("--max-cache-size") && line.contains("more than this machine can address"), "{line}");
+        assert!(!line.contains('\n'), "{line}");
+    }
+
+    #[test]
+    fn a_memory_target_below_mountpoints_least_is_refused() {
+        let line = refused(&["--memory-target", "511"]);
+        assert!(line.contains("--memory-target") && line.contains("512 MiB"), "{line}");
+        let line = refused(&["--memory-target", "18446744073709551615"]);
+        assert!(line.contains("more than this machine can address"), "{line}");
     }
 
     #[test]

@@ -4,6 +4,7 @@
 //! Doc comments are the `--help`. A flag AWS's CLI has but this build does not is refused (exit 2, one line),
 //! never accepted and ignored: a user who asks for `--sse aws:kms` must not get an unencrypted upload.
 
+use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -190,8 +191,9 @@ pub struct CliArgs {
     #[arg(long, help_heading = CACHING)]
     pub negative_metadata_ttl: Option<TimeToLive>,
 
-    /// Serve exactly the objects of this manifest (one `key<TAB>etag<TAB>size` line each, keys relative to
-    /// --prefix) with no LIST and no HEAD; each object is read pinned to its listed ETag. Read-only.
+    /// Serve exactly the objects of this list (one `key<TAB>etag<TAB>size` line each, keys relative to
+    /// --prefix) with no LIST and no HEAD; each object is read pinned to its listed ETag. Read-only. The whole
+    /// list is checked before anything is mounted.
     #[arg(long, help_heading = MOUNTCTL)]
     pub manifest: Option<PathBuf>,
 
@@ -275,6 +277,21 @@ fn parse_perm_bits(value: &str) -> Result<u16, String> {
     Ok(bits)
 }
 
+/// A request this program will not carry out as asked: the command line or a file it names is wrong.
+///
+/// It ends the program with exit status 2 and its one line, as a refused flag does; every other error is a
+/// failure (exit status 1).
+#[derive(Debug)]
+pub struct Refusal(pub String);
+
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Refusal {}
+
 /// What clap's error becomes: `None` for `--help` and `--version` (printed, exit 0), else one line to refuse
 /// the command line with.
 pub fn refusal_line(error: &clap::Error) -> Option<String> {
@@ -327,10 +344,10 @@ impl CliArgs {
         format!("{} is mounted at {}", self.bucket_description(), self.mount_point.display())
     }
 
-    pub fn s3_path(&self) -> anyhow::Result<S3Path> {
-        let bucket =
-            Bucket::new(&self.bucket_name).with_context(|| format!("invalid bucket name {}", self.bucket_name))?;
-        let prefix = Prefix::new(&self.prefix()).with_context(|| format!("invalid prefix {}", self.prefix()))?;
+    pub fn s3_path(&self) -> Result<S3Path, Refusal> {
+        let bucket = Bucket::new(&self.bucket_name)
+            .map_err(|e| Refusal(format!("{:?} is not a bucket name: {e}", self.bucket_name)))?;
+        let prefix = Prefix::new(&self.prefix()).map_err(|e| Refusal(format!("--prefix {:?}: {e}", self.prefix())))?;
         Ok(S3Path::new(bucket, prefix))
     }
 

@@ -1,7 +1,9 @@
 //! `mount-s3`: mountctl's front end on AWS's published Mountpoint crates.
 //!
-//! The command line and each part's configuration (cli.rs), the mount itself (run.rs), mounts from a
-//! manifest (manifest.rs). This file parses, runs, and turns the outcome into one line and an exit status.
+//! The command line and each part's configuration (cli.rs), the mount itself (run.rs), mounts from a list of
+//! objects (manifest.rs). This file parses, runs, and turns the outcome into one line and an exit status:
+//! 0 mounted (and, in the foreground, unmounted cleanly), 1 failed, 2 refused (the command line or a file it
+//! names is wrong).
 
 mod build_info;
 mod cli;
@@ -14,7 +16,7 @@ use std::process::ExitCode;
 use clap::Parser as _;
 use clap::error::ErrorKind;
 
-use crate::cli::CliArgs;
+use crate::cli::{CliArgs, Refusal};
 
 fn main() -> ExitCode {
     let args = match CliArgs::try_parse() {
@@ -24,10 +26,20 @@ fn main() -> ExitCode {
     match run::run(&args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
-            tracing::error!("{error:#}");
-            let _ = writeln!(std::io::stderr(), "mount-s3: error: {error:#}");
-            ExitCode::FAILURE
+            let (code, line) = outcome(&error);
+            tracing::error!("{line}");
+            let _ = writeln!(std::io::stderr(), "{line}");
+            ExitCode::from(code)
         }
+    }
+}
+
+/// The exit status and the one line for an error: 2 for a refusal anywhere in its chain, else 1.
+fn outcome(error: &anyhow::Error) -> (u8, String) {
+    if error.chain().any(|cause| cause.is::<Refusal>()) {
+        (2, format!("mount-s3: {error:#}"))
+    } else {
+        (1, format!("mount-s3: error: {error:#}"))
     }
 }
 

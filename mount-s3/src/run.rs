@@ -106,6 +106,14 @@ fn quiet_standard_streams() -> anyhow::Result<()> {
 pub fn mount(args: &CliArgs) -> anyhow::Result<FuseSession> {
     tracing::info!("{}", build_info::VERSION_LINE);
     let s3_path = args.s3_path()?;
+    // A bad object list is refused before the network is touched.
+    let listed = match &args.manifest {
+        Some(path) => {
+            let directory = manifest::directory_name(&s3_path, args.manifest_directory.as_deref())?;
+            Some((manifest::read_object_list(path)?, directory))
+        }
+        None => None,
+    };
     let memory_limit = args.memory_limit();
     let client_config = args.client_config(memory_limit)?;
     let fuse_session_config = args.fuse_session_config()?;
@@ -120,7 +128,7 @@ pub fn mount(args: &CliArgs) -> anyhow::Result<FuseSession> {
         .build();
 
     // A mount from a list never lists: the first request it makes is the first read.
-    let validate = if args.manifest.is_some() { None } else { Some(&s3_path) };
+    let validate = if listed.is_some() { None } else { Some(&s3_path) };
     let client: S3CrtClient = client_config
         .create_client(pool.clone(), validate)
         .with_context(|| format!("cannot reach {}", s3_path.bucket_description()))?;
@@ -140,10 +148,10 @@ pub fn mount(args: &CliArgs) -> anyhow::Result<FuseSession> {
     };
     let filesystem_config = args.filesystem_config(personality);
     let mountpoint_config = MountpointConfig::new(fuse_session_config, filesystem_config, data_cache_config)?;
-    let mut session = match &args.manifest {
-        Some(path) => {
-            let mount = manifest::metablock(path, &s3_path, args.manifest_directory.as_deref())?;
-            tracing::info!("serving the manifest's objects under {}/", mount.directory_name);
+    let mut session = match listed {
+        Some((objects, directory)) => {
+            let mount = manifest::metablock(objects, &s3_path, directory)?;
+            tracing::info!("serving the listed objects under {}/", mount.directory_name);
             let mut session = mountpoint_config.create_fuse_session(mount.metablock, client, runtime, pool)?;
             let store = mount.store;
             session.run_on_close(Box::new(move || drop(store)));

@@ -1,10 +1,7 @@
-//! `run`: mount in the foreground, or start the daemon and wait for its ready line, or be that daemon; and
-//! `mount`, which builds the client, the file system and the FUSE session, in that order, and nothing else.
+//! `run`: mount in the foreground, or start the daemon and wait for its word, or be that daemon; and `mount`,
+//! which builds the client, the file system and the FUSE session, in that order, and nothing else.
 
-use std::io::{BufRead as _, BufReader, Read as _};
-use std::os::unix::process::CommandExt as _;
-use std::process::{Command, Stdio};
-use std::sync::mpsc;
+use std::io::Write as _;
 use std::time::Duration;
 
 use anyhow::Context as _;
@@ -18,92 +15,62 @@ use mountpoint_s3_fs::{MountpointConfig, Runtime, Superblock, SuperblockConfig, 
 
 use crate::build_info;
 use crate::cli::{CACHE_BLOCK_SIZE, CliArgs};
+use crate::daemon::{self, StatusSocket};
 use crate::manifest;
 
-/// Set in the daemon child that a background mount starts: mount, say so on stdout, then go quiet.
-const DAEMON_CHILD_ENV: &str = "MOUNTCTL_MOUNT_S3_DAEMON_CHILD";
-/// As long as AWS's CLI waits for its daemon to mount.
-const DAEMON_READY_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// Mounts as `args` ask: in this process with --foreground (or as the daemon of a background mount); else
-/// starts that daemon and returns once it has mounted.
-pub fn run(args: &CliArgs) -> anyhow::Result<()> {
-    if args.foreground {
-        foreground(args, false)
-    } else if std::env::var_os(DAEMON_CHILD_ENV).is_some() {
-        foreground(args, true)
-    } else {
-        background(args)
+/// Mounts as `args` ask: in this process with --foreground; else in a daemon of its own, returning once the
+/// daemon has mounted (or said why not). `status` is set in that daemon: the socket it reports on.
+pub fn run(args: CliArgs, status: Option<StatusSocket>) -> anyhow::Result<()> {
+    match status {
+        Some(status) => daemon_child(&args, status),
+        None if args.foreground => foreground(&args),
+        None => daemon::start(&args),
     }
 }
 
-fn foreground(args: &CliArgs, daemon_child: bool) -> anyhow::Result<()> {
-    let _logging = init_logging(args.logging_config(!daemon_child)).context("cannot start logging")?;
+/// The daemon of a background mount: mounts, tells the command that started it, then serves until unmounted.
+fn daemon_child(args: &CliArgs, status: StatusSocket) -> anyhow::Result<()> {
+    let reporter = status.watch_parent()?;
+    let started = (|| {
+        let logging = init_logging(args.logging_config(false)).context("cannot start logging")?;
+        let metrics = metrics::install(None).context("cannot start metrics")?;
+        let session = mount(args, &|| reporter.begin_changes())?;
+        anyhow::Ok((session, logging, metrics))
+    })();
+    let (session, _logging, _metrics) = match started {
+        Ok(started) => started,
+        Err(error) => return Err(reporter.failed(error)),
+    };
+    if let Err(error) = daemon::go_quiet().and_then(|()| reporter.mounted()) {
+        // The command that started us ended (or cannot be told): nobody knows of this mount, so it goes.
+        tracing::warn!("{error:#}; unmounting");
+        session.shutdown_fn()();
+        if let Err(unmount) = session.join() {
+            tracing::error!("{unmount:#}");
+        }
+        return Err(reporter.failed(error.context("the mount was undone")));
+    }
+    drop(reporter);
+    session.join()
+}
+
+fn foreground(args: &CliArgs) -> anyhow::Result<()> {
+    let _logging = init_logging(args.logging_config(true)).context("cannot start logging")?;
     let _metrics = metrics::install(None).context("cannot start metrics")?;
-    let session = mount(args)?;
-    println!("{}", args.ready_line());
-    if daemon_child {
-        quiet_standard_streams()?;
+    let session = mount(args, &|| Ok(()))?;
+    // Whoever started us may have closed our stdout: the mount stands all the same.
+    if let Err(error) = writeln!(std::io::stdout(), "{}", args.ready_line()) {
+        tracing::warn!("cannot print the ready line ({error}); mounted all the same");
     }
     session.join()
 }
 
-/// Without --foreground AWS's CLI returns once the daemon has mounted. Ours starts itself again as that
-/// daemon, in a process group of its own, before any S3 or FUSE state exists (nothing is forked mid-flight).
-fn background(_args: &CliArgs) -> anyhow::Result<()> {
-    let exe = std::env::current_exe()?;
-    let mut child = Command::new(exe)
-        .args(std::env::args_os().skip(1))
-        .env(DAEMON_CHILD_ENV, "1")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .spawn()?;
-    let stdout = child.stdout.take().expect("piped");
-    let mut stderr = child.stderr.take().expect("piped");
-    let (sender, receiver) = mpsc::channel();
-    std::thread::spawn(move || {
-        let mut line = String::new();
-        let _ = BufReader::new(stdout).read_line(&mut line);
-        let _ = sender.send(line);
-    });
-    match receiver.recv_timeout(DAEMON_READY_TIMEOUT) {
-        Ok(line) if line.contains(" is mounted at ") => {
-            print!("{line}");
-            Ok(())
-        }
-        Ok(_) => {
-            let status = child.wait()?;
-            let mut text = String::new();
-            let _ = stderr.read_to_string(&mut text);
-            eprint!("{text}");
-            anyhow::bail!("the mount process exited ({status}) before mounting")
-        }
-        Err(_) => {
-            let _ = child.kill();
-            let _ = child.wait();
-            anyhow::bail!("the mount process was not ready within {} s", DAEMON_READY_TIMEOUT.as_secs())
-        }
-    }
-}
-
-/// The daemon's parent has read the ready line and gone: stdout and stderr now lead nowhere.
-fn quiet_standard_streams() -> anyhow::Result<()> {
-    use std::os::fd::AsRawFd as _;
-    let null = std::fs::OpenOptions::new().write(true).open("/dev/null").context("cannot open /dev/null")?;
-    for fd in [1, 2] {
-        // SAFETY: dup2 onto the process's own standard descriptors, with a descriptor we own.
-        if unsafe { libc::dup2(null.as_raw_fd(), fd) } == -1 {
-            return Err(std::io::Error::last_os_error())
-                .with_context(|| format!("cannot point descriptor {fd} at /dev/null"));
-        }
-    }
-    Ok(())
-}
-
 /// Mounts and returns the running session; the caller says so and joins it.
-pub fn mount(args: &CliArgs) -> anyhow::Result<FuseSession> {
+///
+/// `before_changes` is called once everything that only reads (the arguments, the object list, the bucket
+/// check over the network) has passed and before anything is written or mounted: the daemon stops there if
+/// the command that started it has gone.
+pub fn mount(args: &CliArgs, before_changes: &dyn Fn() -> anyhow::Result<()>) -> anyhow::Result<FuseSession> {
     tracing::info!("{}", build_info::VERSION_LINE);
     let s3_path = args.s3_path()?;
     // A bad object list is refused before the network is touched.
@@ -132,6 +99,7 @@ pub fn mount(args: &CliArgs) -> anyhow::Result<FuseSession> {
     let client: S3CrtClient = client_config
         .create_client(pool.clone(), validate)
         .with_context(|| format!("cannot reach {}", s3_path.bucket_description()))?;
+    before_changes()?;
 
     let runtime = Runtime::new(client.event_loop_group());
     let personality = S3Personality::infer_from_bucket(&s3_path.bucket, &client.endpoint_config());

@@ -33,7 +33,7 @@ cache=${MOUNTCTL_BUILD_CACHE:-$HOME/.cache/mountctl}
 target=$cache/mount-s3-target
 dest=.venv/libexec/mount-s3
 stamp=.venv/libexec/.mount-s3.sha256
-want=$(cat mount-s3/Cargo.toml mount-s3/Cargo.lock mount-s3/src/*.rs | sha256sum | cut -d' ' -f1)
+want=$(cat mount-s3/Cargo.toml mount-s3/Cargo.lock mount-s3/build.rs mount-s3/src/*.rs | sha256sum | cut -d' ' -f1)
 if [ -x "$dest" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$want" ]; then
   exit 0
 fi

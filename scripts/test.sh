@@ -4,6 +4,31 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+
+# mount-s3's own tests (its parsers, flag refusals and object-list checks) and clippy, in the target directory
+# scripts/build_mount_s3.sh builds into and its release profile, so the CRT is not compiled again.
+crate_started=$SECONDS
+crate_target=${MOUNTCTL_BUILD_CACHE:-$HOME/.cache/mountctl}/mount-s3-target
+cargo=$(command -v cargo || echo "$HOME/.cargo/bin/cargo")
+crate_log=$(mktemp)
+if ! CARGO_TARGET_DIR=$crate_target "$cargo" test --release --locked --manifest-path mount-s3/Cargo.toml \
+    >"$crate_log" 2>&1; then
+  cat "$crate_log" >&2; rm -f "$crate_log"
+  echo "test.sh: mount-s3's cargo test failed (above)" >&2; exit 1
+fi
+grep "^test result:" "$crate_log" | sed 's/^/test.sh: mount-s3 cargo test: /'
+if "$cargo" clippy --version >/dev/null 2>&1; then
+  if ! CARGO_TARGET_DIR=$crate_target "$cargo" clippy --release --locked --all-targets \
+      --manifest-path mount-s3/Cargo.toml -- -D warnings >"$crate_log" 2>&1; then
+    cat "$crate_log" >&2; rm -f "$crate_log"
+    echo "test.sh: clippy found problems in mount-s3 (above)" >&2; exit 1
+  fi
+else
+  echo "test.sh: clippy is not installed (rustup component add clippy): mount-s3 not linted"
+fi
+rm -f "$crate_log"
+echo "test.sh: mount-s3's cargo test and clippy took $((SECONDS - crate_started)) s"
+
 .venv/bin/ruff check mountctl benchmarks tests resnet.py examples
 
 run_pytest() {

@@ -1,12 +1,29 @@
-//! The command line: AWS's `mount-s3` names and meanings for every flag mountctl passes, nothing else.
+//! The command line: AWS's `mount-s3` names and meanings for every flag mountctl passes, a few of our own, and
+//! the configuration of each part of Mountpoint built from them (one method per part, as AWS's CLI does).
 //!
 //! Doc comments are the `--help`. A flag AWS's CLI has but this build does not is refused (exit 2, one line),
 //! never accepted and ignored: a user who asks for `--sse aws:kms` must not get an unencrypted upload.
 
+use std::fmt;
 use std::path::PathBuf;
+use std::time::Duration;
 
+use anyhow::Context as _;
+use clap::error::{ContextKind, ErrorKind};
 use clap::{Parser, ValueEnum};
-use mountpoint_s3_fs::fs::TimeToLive;
+use mountpoint_s3_client::config::{AddressingStyle, S3ClientAuthConfig};
+use mountpoint_s3_client::user_agent::UserAgent;
+use mountpoint_s3_fs::S3FilesystemConfig;
+use mountpoint_s3_fs::data_cache::{CacheLimit, DataCacheConfig, DiskDataCacheConfig};
+use mountpoint_s3_fs::fs::{CacheConfig, TimeToLive, UploadChecksumAlgorithm};
+use mountpoint_s3_fs::fuse::config::{FuseOptions, FuseSessionConfig, MountPoint};
+use mountpoint_s3_fs::logging::{LoggingConfig, prepare_log_file_name};
+use mountpoint_s3_fs::memory::{MINIMUM_MEM_LIMIT, effective_total_memory};
+use mountpoint_s3_fs::prefetch::PrefetcherConfig;
+use mountpoint_s3_fs::s3::config::{ClientConfig, MemoryLimitSetting, PartConfig, Region, TargetThroughputSetting};
+use mountpoint_s3_fs::s3::{Bucket, Prefix, S3Path, S3Personality};
+
+use crate::build_info;
 
 const BUCKET: &str = "Bucket options";
 const CREDENTIALS: &str = "AWS credentials options";
@@ -16,13 +33,19 @@ const LOGGING: &str = "Logging options";
 const CACHING: &str = "Caching options";
 const MOUNTCTL: &str = "mountctl's own options (not in AWS's mount-s3)";
 
+/// Off AWS there is no instance metadata to ask for a region; SigV4 needs one all the same.
+const DEFAULT_REGION: &str = "us-east-1";
+/// The data cache's block size, which is also one of the memory pool's buffer sizes.
+pub const CACHE_BLOCK_SIZE: u64 = 1024 * 1024;
+const MIB: u64 = 1024 * 1024;
+
 /// Mount an S3 bucket (or a prefix of it) as a local directory, with AWS's Mountpoint file system.
 ///
 /// This mount-s3 is mountctl's front end on AWS's published crates (mountpoint-s3-fs, -client, -crt,
 /// -fuser), unmodified: the same file system, S3 client and Common Runtime as AWS's own mount-s3, with
 /// argument parsing of our own. Where AWS's mount-s3 is installed, mountctl uses that one instead.
 #[derive(Parser, Debug)]
-#[command(name = "mount-s3", version = crate::VERSION, disable_version_flag = true)]
+#[command(name = "mount-s3", version = build_info::VERSION, disable_version_flag = true)]
 pub struct CliArgs {
     /// Name of the bucket to mount
     pub bucket_name: String,
@@ -110,9 +133,10 @@ pub struct CliArgs {
     #[arg(long, default_value = "16", value_parser = clap::value_parser!(u64).range(1..), help_heading = CLIENT)]
     pub max_threads: u64,
 
-    /// Memory target in MiB that Mountpoint tries to stay within [default: 95% of the machine's memory]
-    #[arg(long, value_parser = clap::value_parser!(u64).range(512..), help_heading = CLIENT)]
-    pub memory_target: Option<u64>,
+    /// Memory target in MiB that Mountpoint tries to stay within, at least 512 [default: 95% of the machine's
+    /// memory]
+    #[arg(long, value_parser = parse_memory_target, help_heading = CLIENT)]
+    pub memory_target: Option<Mebibytes>,
 
     /// Part size in bytes for multi-part GET and PUT
     #[arg(long, default_value = "8388608", value_parser = clap::value_parser!(u64).range(1..), help_heading = CLIENT)]
@@ -125,16 +149,6 @@ pub struct CliArgs {
     /// Part size in bytes for multi-part PUT, instead of --part-size
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..), help_heading = CLIENT)]
     pub write_part_size: Option<u64>,
-
-    /// Size in bytes of the first GET of a file read in order (ours, not AWS's flag) [default: 1179648, the
-    /// crates' 1 MiB + 128 KiB]. 0 skips it: the first GET is then the whole file, fetched in parts.
-    #[arg(long, help_heading = CLIENT)]
-    pub initial_request_size: Option<usize>,
-
-    /// How fast the read-ahead window of a file read in order grows: it is multiplied by this each time it is
-    /// consumed (ours, not AWS's flag) [default: 2, the crates']
-    #[arg(long, value_parser = clap::value_parser!(u64).range(2..=64), help_heading = CLIENT)]
-    pub prefetch_window_multiplier: Option<u64>,
 
     /// Checksum algorithm for uploads: crc32c, or off for a store that does not support checksums
     #[arg(long, help_heading = CLIENT)]
@@ -164,9 +178,9 @@ pub struct CliArgs {
     #[arg(long, help_heading = CACHING)]
     pub cache: Option<PathBuf>,
 
-    /// Maximum size of the cache directory in MiB [default: keep 5% of the disk free]
-    #[arg(long, requires = "cache", help_heading = CACHING)]
-    pub max_cache_size: Option<u64>,
+    /// Maximum size of the cache directory in MiB; 0 turns the cache off [default: keep 5% of the disk free]
+    #[arg(long, requires = "cache", value_parser = parse_mebibytes, help_heading = CACHING)]
+    pub max_cache_size: Option<Mebibytes>,
 
     /// How long metadata may be served from cache: seconds, 'indefinite' or 'minimal'
     /// [default: 60 s with --cache, else 'minimal']
@@ -177,8 +191,9 @@ pub struct CliArgs {
     #[arg(long, help_heading = CACHING)]
     pub negative_metadata_ttl: Option<TimeToLive>,
 
-    /// Serve exactly the objects of this manifest (one `key<TAB>etag<TAB>size` line each, keys relative to
-    /// --prefix) with no LIST and no HEAD; each object is read pinned to its listed ETag. Read-only.
+    /// Serve exactly the objects of this list (one `key<TAB>etag<TAB>size` line each, keys relative to
+    /// --prefix) with no LIST and no HEAD; each object is read pinned to its listed ETag. Read-only. The whole
+    /// list is checked before anything is mounted.
     #[arg(long, help_heading = MOUNTCTL)]
     pub manifest: Option<PathBuf>,
 
@@ -186,6 +201,16 @@ pub struct CliArgs {
     /// [default: the last part of --prefix, or the bucket's name]
     #[arg(long, requires = "manifest", help_heading = MOUNTCTL)]
     pub manifest_directory: Option<String>,
+
+    /// Size in bytes of the first GET of a file read in order [default: 1179648, the crates' 1 MiB + 128
+    /// KiB]. 0 skips it: the first GET is then the whole file, fetched in parts.
+    #[arg(long, help_heading = MOUNTCTL)]
+    pub initial_request_size: Option<usize>,
+
+    /// How fast the read-ahead window of a file read in order grows: it is multiplied by this each time it is
+    /// consumed [default: 2, the crates']
+    #[arg(long, value_parser = clap::value_parser!(u64).range(2..=64), help_heading = MOUNTCTL)]
+    pub prefetch_window_multiplier: Option<u64>,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -194,12 +219,104 @@ pub enum UploadChecksums {
     Off,
 }
 
+/// A size given in MiB, known to fit in this machine's address space once in bytes.
+///
+/// The check is made where the flag is parsed: an unchecked `mib * 1024 * 1024` wrapped a huge
+/// `--max-cache-size` round to a cache of 0 bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Mebibytes {
+    mib: u64,
+    bytes: usize,
+}
+
+impl Mebibytes {
+    pub fn new(mib: u64) -> Option<Self> {
+        let bytes = usize::try_from(mib.checked_mul(MIB)?).ok()?;
+        Some(Self { mib, bytes })
+    }
+
+    pub fn mib(self) -> u64 {
+        self.mib
+    }
+
+    pub fn bytes(self) -> usize {
+        self.bytes
+    }
+}
+
+/// The most MiB a size flag takes: as many bytes as a `usize` holds.
+fn most_mebibytes() -> u64 {
+    usize::MAX as u64 / MIB
+}
+
+fn parse_mebibytes(value: &str) -> Result<Mebibytes, String> {
+    if value.is_empty() || !value.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(format!("{value:?} is not a whole number of MiB"));
+    }
+    value
+        .parse::<u64>()
+        .ok()
+        .and_then(Mebibytes::new)
+        .ok_or_else(|| format!("{value} MiB is more than this machine can address (at most {} MiB)", most_mebibytes()))
+}
+
+fn parse_memory_target(value: &str) -> Result<Mebibytes, String> {
+    let target = parse_mebibytes(value)?;
+    let least = MINIMUM_MEM_LIMIT as u64 / MIB;
+    if target.mib() < least {
+        return Err(format!("{value} MiB is below {least} MiB, the least memory target Mountpoint takes"));
+    }
+    Ok(target)
+}
+
 fn parse_perm_bits(value: &str) -> Result<u16, String> {
     let bits = u16::from_str_radix(value, 8).map_err(|_| format!("{value} is not an octal mode such as 0644"))?;
     if bits > 0o777 {
         return Err(format!("{value} has bits beyond 0777"));
     }
     Ok(bits)
+}
+
+/// A request this program will not carry out as asked: the command line or a file it names is wrong.
+///
+/// It ends the program with exit status 2 and its one line, as a refused flag does; every other error is a
+/// failure (exit status 1).
+#[derive(Debug)]
+pub struct Refusal(pub String);
+
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Refusal {}
+
+/// What clap's error becomes: `None` for `--help` and `--version` (printed, exit 0), else one line to refuse
+/// the command line with.
+pub fn refusal_line(error: &clap::Error) -> Option<String> {
+    match error.kind() {
+        ErrorKind::DisplayVersion | ErrorKind::DisplayHelp | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            None
+        }
+        ErrorKind::UnknownArgument => {
+            let flag = error.get(ContextKind::InvalidArg).map(|v| v.to_string()).unwrap_or_default();
+            Some(format!(
+                "unsupported option {flag}: this mount-s3 ({}) does not take it; see `mount-s3 --help`",
+                build_info::VERSION
+            ))
+        }
+        _ => {
+            // clap's message runs to the first blank line (a missing flag is named on the line after the
+            // first); usage and hints follow it.
+            let rendered = error.render().to_string();
+            let message: Vec<&str> = rendered.lines().map(str::trim).take_while(|line| !line.is_empty()).collect();
+            let message = message.join(" ");
+            let message = message.trim_start_matches("error: ");
+            let message = if message.is_empty() { "invalid arguments" } else { message };
+            Some(format!("{message} (see `mount-s3 --help`)"))
+        }
+    }
 }
 
 impl CliArgs {
@@ -220,5 +337,334 @@ impl CliArgs {
         } else {
             format!("prefix {} of bucket {}", prefix, self.bucket_name)
         }
+    }
+
+    /// The line printed once the file system is mounted.
+    pub fn ready_line(&self) -> String {
+        format!("{} is mounted at {}", self.bucket_description(), self.mount_point.display())
+    }
+
+    pub fn s3_path(&self) -> Result<S3Path, Refusal> {
+        let bucket = Bucket::new(&self.bucket_name)
+            .map_err(|e| Refusal(format!("{:?} is not a bucket name: {e}", self.bucket_name)))?;
+        let prefix = Prefix::new(&self.prefix()).map_err(|e| Refusal(format!("--prefix {:?}: {e}", self.prefix())))?;
+        Ok(S3Path::new(bucket, prefix))
+    }
+
+    /// A mount from a list of objects can only be read: nothing it serves may change under it.
+    pub fn is_read_only(&self) -> bool {
+        self.read_only || self.manifest.is_some()
+    }
+
+    pub fn logging_config(&self, to_stdout: bool) -> LoggingConfig {
+        let default_filter = if self.no_log {
+            "off".to_string()
+        } else {
+            let level = if self.debug { "debug" } else { "warn,mountpoint_s3_fs=info,mountpoint_s3_client=info" };
+            let crt = if self.debug_crt { "debug" } else { "off" };
+            let metrics = if self.log_metrics || self.debug { "info" } else { "off" };
+            format!("{level},awscrt={crt},{}={metrics}", mountpoint_s3_fs::metrics::TARGET_NAME)
+        };
+        LoggingConfig {
+            log_file: self.log_directory.as_deref().map(prepare_log_file_name),
+            log_to_stdout: to_stdout,
+            default_filter,
+        }
+    }
+
+    pub fn memory_limit(&self) -> MemoryLimitSetting {
+        match self.memory_target {
+            Some(target) => MemoryLimitSetting::User(target.bytes()),
+            None => {
+                MemoryLimitSetting::Default(((effective_total_memory() as f64 * 0.95) as usize).max(MINIMUM_MEM_LIMIT))
+            }
+        }
+    }
+
+    pub fn client_config(&self, memory_limit: MemoryLimitSetting) -> anyhow::Result<ClientConfig> {
+        let region = match &self.region {
+            Some(region) => Region::new_user_specified(region.clone()),
+            None => Region::new_inferred(DEFAULT_REGION.to_string()),
+        };
+        let auth_config = if self.no_sign_request {
+            S3ClientAuthConfig::NoSigning
+        } else if let Some(profile) = &self.profile {
+            S3ClientAuthConfig::Profile(profile.clone())
+        } else {
+            S3ClientAuthConfig::Default
+        };
+        let throughput_target = match self.maximum_throughput_gbps {
+            Some(gbps) => TargetThroughputSetting::User { gbps: gbps as f64 },
+            None => TargetThroughputSetting::Default,
+        };
+        Ok(ClientConfig {
+            region,
+            endpoint_url: self.endpoint_url.clone(),
+            addressing_style: if self.force_path_style { AddressingStyle::Path } else { AddressingStyle::Automatic },
+            dual_stack: false,
+            transfer_acceleration: false,
+            auth_config,
+            requester_pays: false,
+            expected_bucket_owner: None,
+            throughput_target,
+            bind: None,
+            part_config: PartConfig::with_read_write_sizes(
+                self.read_part_size.unwrap_or(self.part_size) as usize,
+                self.write_part_size.unwrap_or(self.part_size) as usize,
+            )
+            .validate(memory_limit)?,
+            user_agent: UserAgent::new(Some(format!("mountpoint-s3/{} mountctl", build_info::FS_VERSION))),
+            tls_config: None,
+        })
+    }
+
+    /// The crates' prefetcher, with our two flags where given.
+    pub fn prefetcher_config(&self) -> PrefetcherConfig {
+        let mut config = PrefetcherConfig::default();
+        if let Some(size) = self.initial_request_size {
+            config.initial_request_size = size;
+        }
+        if let Some(multiplier) = self.prefetch_window_multiplier {
+            config.sequential_prefetch_multiplier = multiplier as usize;
+        }
+        config
+    }
+
+    /// How long the kernel may keep metadata. AWS's rule: with a data cache a minute, without one as fresh as
+    /// the kernel allows; a list of objects is the truth for the whole mount, so its metadata never expires.
+    pub fn cache_config(&self) -> CacheConfig {
+        if self.manifest.is_some() {
+            return CacheConfig::new(TimeToLive::Indefinite);
+        }
+        let ttl = self.metadata_ttl.unwrap_or(if self.cache.is_some() {
+            TimeToLive::Duration(Duration::from_secs(60))
+        } else {
+            TimeToLive::Minimal
+        });
+        // '--metadata-ttl 0' means 'minimal' in AWS's CLI, which also says so.
+        let ttl = match ttl {
+            TimeToLive::Duration(d) if d.is_zero() => TimeToLive::Minimal,
+            other => other,
+        };
+        let mut config = CacheConfig::new(ttl);
+        if let Some(negative) = self.negative_metadata_ttl {
+            config = config.with_negative_metadata_ttl(negative);
+        }
+        config
+    }
+
+    pub fn filesystem_config(&self, personality: S3Personality) -> S3FilesystemConfig {
+        let mut config = S3FilesystemConfig {
+            read_only: self.is_read_only(),
+            allow_delete: self.allow_delete,
+            allow_overwrite: self.allow_overwrite,
+            s3_personality: personality,
+            cache_config: self.cache_config(),
+            prefetcher_config: self.prefetcher_config(),
+            ..Default::default()
+        };
+        if let Some(uid) = self.uid {
+            config.uid = uid;
+        }
+        if let Some(gid) = self.gid {
+            config.gid = gid;
+        }
+        if let Some(mode) = self.dir_mode {
+            config.dir_mode = mode;
+        }
+        if let Some(mode) = self.file_mode {
+            config.file_mode = mode;
+        }
+        config.upload_checksum_algorithm = match self.upload_checksums {
+            Some(UploadChecksums::Crc32c) => Some(UploadChecksumAlgorithm::Crc32c),
+            Some(UploadChecksums::Off) => None,
+            None if personality.supports_additional_checksums() => Some(UploadChecksumAlgorithm::Crc32c),
+            None => None,
+        };
+        config
+    }
+
+    /// The disk data cache under --cache (none with `--max-cache-size 0`, as in AWS's CLI).
+    pub fn data_cache_config(&self) -> DataCacheConfig {
+        let disk_cache_config = match (&self.cache, self.max_cache_size) {
+            (None, _) => None,
+            (Some(_), Some(size)) if size.mib() == 0 => None,
+            (Some(dir), size) => Some(DiskDataCacheConfig {
+                cache_directory: dir.clone(),
+                block_size: CACHE_BLOCK_SIZE,
+                limit: match size {
+                    Some(size) => CacheLimit::TotalSize { max_size: size.bytes() },
+                    None => CacheLimit::default(),
+                },
+            }),
+        };
+        DataCacheConfig { disk_cache_config, express_cache_config: None }
+    }
+
+    pub fn fuse_session_config(&self) -> anyhow::Result<FuseSessionConfig> {
+        let mount_point = MountPoint::new(&self.mount_point)
+            .map_err(|e| anyhow::anyhow!("{e}"))
+            .with_context(|| format!("cannot mount at {}", self.mount_point.display()))?;
+        let options = FuseOptions {
+            read_only: self.is_read_only(),
+            auto_unmount: self.auto_unmount,
+            allow_root: self.allow_root,
+            allow_other: self.allow_other,
+            clone_fd: false,
+        };
+        FuseSessionConfig::new(mount_point, options, self.max_threads as usize)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory as _;
+
+    use super::*;
+
+    fn parse(flags: &[&str]) -> Result<CliArgs, clap::Error> {
+        let argv = ["mount-s3", "my-bucket", "/mnt/data"].iter().chain(flags);
+        CliArgs::try_parse_from(argv)
+    }
+
+    fn refused(flags: &[&str]) -> String {
+        let error = parse(flags).expect_err("the command line must be refused");
+        refusal_line(&error).expect("a refusal, not --help or --version")
+    }
+
+    #[test]
+    fn the_command_definition_is_consistent() {
+        CliArgs::command().debug_assert();
+    }
+
+    #[test]
+    fn every_flag_mountctl_passes_is_taken() {
+        // As mountctl/backends.py builds it for a read-write mount with a cache, a memory bound, ownership and
+        // no credentials, off AWS.
+        let args = parse(&[
+            "--foreground",
+            "--region",
+            "us-east-1",
+            "--log-directory",
+            "/tmp/logs",
+            "--prefix",
+            "train/",
+            "--allow-delete",
+            "--endpoint-url",
+            "http://127.0.0.1:8333",
+            "--force-path-style",
+            "--upload-checksums",
+            "off",
+            "--cache",
+            "/tmp/cache",
+            "--max-cache-size",
+            "2048",
+            "--metadata-ttl",
+            "60",
+            "--uid",
+            "1000",
+            "--gid",
+            "1000",
+            "--allow-other",
+            "--no-sign-request",
+            "--read-part-size",
+            "5242880",
+            "--memory-target",
+            "512",
+        ])
+        .expect("mountctl's command line");
+        assert!(args.foreground && args.allow_delete && args.force_path_style && args.no_sign_request);
+        assert_eq!(args.max_cache_size.map(Mebibytes::bytes), Some(2048 * 1024 * 1024));
+        assert_eq!(args.memory_target.map(Mebibytes::bytes), Some(512 * 1024 * 1024));
+        assert_eq!(args.prefix(), "train/");
+        assert_eq!(args.ready_line(), "prefix train/ of bucket my-bucket is mounted at /mnt/data");
+        let read_only_list = parse(&["--read-only", "--manifest", "/tmp/x.tsv", "--manifest-directory", "train"]);
+        assert!(read_only_list.expect("a list mount's flags").is_read_only());
+    }
+
+    #[test]
+    fn sizes_in_mib_are_converted_to_bytes() {
+        assert_eq!(parse_mebibytes("0").map(Mebibytes::bytes), Ok(0));
+        assert_eq!(parse_mebibytes("1").map(Mebibytes::bytes), Ok(1 << 20));
+        assert_eq!(parse_mebibytes("0100").map(Mebibytes::bytes), Ok(100 << 20));
+        let most = most_mebibytes();
+        assert_eq!(parse_mebibytes(&most.to_string()).map(Mebibytes::mib), Ok(most));
+    }
+
+    #[test]
+    fn sizes_in_mib_that_would_overflow_are_refused() {
+        for value in [(most_mebibytes() + 1).to_string(), u64::MAX.to_string(), "99999999999999999999999".into()] {
+            let error = parse_mebibytes(&value).expect_err(&value);
+            assert!(error.contains("more than this machine can address"), "{error}");
+        }
+        for value in ["", "-1", "+5", "1.5", "1G", " 5"] {
+            let error = parse_mebibytes(value).expect_err(value);
+            assert!(error.contains("not a whole number of MiB"), "{error}");
+        }
+    }
+
+    #[test]
+    fn a_huge_cache_size_is_refused_in_one_line_not_wrapped_to_zero() {
+        let line = refused(&["--cache", "/tmp/c", "--max-cache-size", "17592186044416"]);
+        assert!(line.contains("--max-cache-size") && line.contains("more than this machine can address"), "{line}");
+        assert!(!line.contains('\n'), "{line}");
+    }
+
+    #[test]
+    fn a_memory_target_below_mountpoints_least_is_refused() {
+        let line = refused(&["--memory-target", "511"]);
+        assert!(line.contains("--memory-target") && line.contains("512 MiB"), "{line}");
+        let line = refused(&["--memory-target", "18446744073709551615"]);
+        assert!(line.contains("more than this machine can address"), "{line}");
+    }
+
+    #[test]
+    fn a_flag_of_awss_cli_that_this_build_lacks_is_refused_by_name() {
+        let line = refused(&["--sse", "aws:kms"]);
+        assert!(line.starts_with("unsupported option --sse: this mount-s3 (built from mountpoint-s3-fs "), "{line}");
+    }
+
+    #[test]
+    fn malformed_values_are_refused_in_one_line() {
+        for (flags, names) in [
+            (&["--dir-mode", "0999"][..], "0999"),
+            (&["--file-mode", "01777"][..], "beyond 0777"),
+            (&["--uid", "0"][..], "--uid"),
+            (&["--prefetch-window-multiplier", "1"][..], "--prefetch-window-multiplier"),
+            (&["--max-cache-size", "10"][..], "--cache"),
+            (&["--manifest-directory", "x"][..], "--manifest"),
+        ] {
+            let line = refused(flags);
+            assert!(line.contains(names) && line.ends_with("(see `mount-s3 --help`)"), "{flags:?}: {line}");
+            assert!(!line.contains('\n'), "{line}");
+        }
+    }
+
+    #[test]
+    fn help_and_version_are_not_refusals() {
+        for flag in ["--help", "--version", "-v"] {
+            let error = CliArgs::try_parse_from(["mount-s3", flag]).expect_err(flag);
+            assert_eq!(refusal_line(&error), None, "{flag}");
+        }
+    }
+
+    #[test]
+    fn a_cache_size_of_zero_turns_the_cache_off() {
+        let off = parse(&["--cache", "/tmp/c", "--max-cache-size", "0"]).unwrap();
+        assert!(off.data_cache_config().disk_cache_config.is_none());
+        let on = parse(&["--cache", "/tmp/c", "--max-cache-size", "3"]).unwrap();
+        let disk = on.data_cache_config().disk_cache_config.expect("a disk cache");
+        assert!(matches!(disk.limit, CacheLimit::TotalSize { max_size } if max_size == 3 << 20));
+    }
+
+    #[test]
+    fn our_prefetcher_flags_change_only_what_they_name() {
+        let default = PrefetcherConfig::default();
+        let args = parse(&["--initial-request-size", "0", "--prefetch-window-multiplier", "8"]).unwrap();
+        let tuned = args.prefetcher_config();
+        assert_eq!((tuned.initial_request_size, tuned.sequential_prefetch_multiplier), (0, 8));
+        assert_eq!(tuned.max_read_window_size, default.max_read_window_size);
+        let plain = parse(&[]).unwrap().prefetcher_config();
+        assert_eq!(plain.initial_request_size, default.initial_request_size);
     }
 }

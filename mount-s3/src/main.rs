@@ -1,158 +1,89 @@
 //! `mount-s3`: mountctl's front end on AWS's published Mountpoint crates.
 //!
-//! One args struct (cli.rs), one `run` (run.rs) that builds the client, the file system and the session, and
-//! this file: parse, mount in the foreground or as a daemon, print AWS's ready line, wait for the end.
+//! The command line and each part's configuration (cli.rs), the mount itself (run.rs), background mode
+//! (daemon.rs), mounts from a list of objects (manifest.rs). This file parses, runs, and turns the outcome
+//! into one line and an exit status: 0 mounted (and, in the foreground, unmounted cleanly), 1 failed,
+//! 2 refused (the command line or a file it names is wrong).
 
+mod build_info;
 mod cli;
+mod daemon;
 mod manifest;
 mod run;
 
-use std::io::{BufRead, BufReader, Read};
-use std::os::unix::process::CommandExt as _;
-use std::process::{Command, ExitCode, Stdio};
-use std::sync::mpsc;
-use std::time::Duration;
+use std::fmt;
+use std::io::Write as _;
+use std::process::ExitCode;
 
 use clap::Parser as _;
-use clap::error::{ContextKind, ErrorKind};
+use clap::error::ErrorKind;
 
-use crate::cli::CliArgs;
-
-/// The mountpoint-s3-fs version pinned in Cargo.toml.
-macro_rules! fs_version {
-    () => {
-        "0.11.0"
-    };
-}
-pub const FS_VERSION: &str = fs_version!();
-/// What `--version` prints after the program's name.
-pub const VERSION: &str = concat!(
-    "built from mountpoint-s3-fs ",
-    fs_version!(),
-    " (mountctl front end ",
-    env!("CARGO_PKG_VERSION"),
-    ")"
-);
-pub const VERSION_LINE: &str = concat!(
-    "mount-s3 built from mountpoint-s3-fs ",
-    fs_version!(),
-    " (mountctl front end ",
-    env!("CARGO_PKG_VERSION"),
-    ")"
-);
-
-/// Set in the daemon child that a background mount starts: mount, say so on stdout, then go quiet.
-const DAEMON_CHILD_ENV: &str = "MOUNTCTL_MOUNT_S3_DAEMON_CHILD";
-/// As long as AWS's CLI waits for its daemon to mount.
-const DAEMON_READY_TIMEOUT: Duration = Duration::from_secs(30);
+use crate::cli::{CliArgs, Refusal};
 
 fn main() -> ExitCode {
+    // First, while this process has one thread: the daemon of a background mount takes its status socket.
+    let status = match daemon::StatusSocket::inherited() {
+        Ok(status) => status,
+        Err(error) => return exit(&error),
+    };
     let args = match CliArgs::try_parse() {
         Ok(args) => args,
-        Err(error) => return refuse(error),
+        Err(error) => return refuse(&error),
     };
-    let outcome = if args.foreground {
-        foreground(&args, false)
-    } else if std::env::var_os(DAEMON_CHILD_ENV).is_some() {
-        foreground(&args, true)
-    } else {
-        background(&args)
-    };
-    match outcome {
+    match run::run(args, status) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(error) => {
-            tracing::error!("{error:#}");
-            eprintln!("mount-s3: error: {error:#}");
-            ExitCode::FAILURE
-        }
+        Err(error) => exit(&error),
     }
 }
 
 /// One line naming what was refused, exit 2; `--help` and `--version` print as usual.
-fn refuse(error: clap::Error) -> ExitCode {
-    match error.kind() {
-        ErrorKind::DisplayVersion => {
-            println!("{VERSION_LINE}");
-            return ExitCode::SUCCESS;
+fn refuse(error: &clap::Error) -> ExitCode {
+    match cli::refusal_line(error) {
+        Some(line) => {
+            let _ = writeln!(std::io::stderr(), "mount-s3: {line}");
+            ExitCode::from(2)
         }
-        ErrorKind::DisplayHelp | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+        None if error.kind() == ErrorKind::DisplayVersion => {
+            let _ = writeln!(std::io::stdout(), "{}", build_info::VERSION_LINE);
+            ExitCode::SUCCESS
+        }
+        None => {
             let _ = error.print();
-            return ExitCode::SUCCESS;
-        }
-        ErrorKind::UnknownArgument => {
-            let flag = error.get(ContextKind::InvalidArg).map(|v| v.to_string()).unwrap_or_default();
-            eprintln!(
-                "mount-s3: unsupported option {flag}: this mount-s3 ({VERSION}) does not take it; see `mount-s3 --help`"
-            );
-        }
-        _ => {
-            let rendered = error.render().to_string();
-            let first = rendered.lines().next().unwrap_or("invalid arguments").trim_start_matches("error: ");
-            eprintln!("mount-s3: {first} (see `mount-s3 --help`)");
-        }
-    }
-    ExitCode::from(2)
-}
-
-fn foreground(args: &CliArgs, daemon_child: bool) -> anyhow::Result<()> {
-    let _logging = mountpoint_s3_fs::logging::init_logging(run::logging_config(args, !daemon_child))?;
-    let _metrics = mountpoint_s3_fs::metrics::install(None)?;
-    let session = run::mount(args)?;
-    println!("{} is mounted at {}", args.bucket_description(), args.mount_point.display());
-    if daemon_child {
-        quiet_standard_streams();
-    }
-    session.join()
-}
-
-/// Without --foreground AWS's CLI returns once the daemon has mounted. Ours starts itself again as that
-/// daemon, in a session of its own, before any S3 or FUSE state exists (nothing is forked mid-flight).
-fn background(_args: &CliArgs) -> anyhow::Result<()> {
-    let exe = std::env::current_exe()?;
-    let mut child = Command::new(exe)
-        .args(std::env::args_os().skip(1))
-        .env(DAEMON_CHILD_ENV, "1")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .spawn()?;
-    let stdout = child.stdout.take().expect("piped");
-    let mut stderr = child.stderr.take().expect("piped");
-    let (sender, receiver) = mpsc::channel();
-    std::thread::spawn(move || {
-        let mut line = String::new();
-        let _ = BufReader::new(stdout).read_line(&mut line);
-        let _ = sender.send(line);
-    });
-    match receiver.recv_timeout(DAEMON_READY_TIMEOUT) {
-        Ok(line) if line.contains(" is mounted at ") => {
-            print!("{line}");
-            Ok(())
-        }
-        Ok(_) => {
-            let status = child.wait()?;
-            let mut text = String::new();
-            let _ = stderr.read_to_string(&mut text);
-            eprint!("{text}");
-            anyhow::bail!("the mount process exited ({status}) before mounting")
-        }
-        Err(_) => {
-            let _ = child.kill();
-            let _ = child.wait();
-            anyhow::bail!("the mount process was not ready within {} s", DAEMON_READY_TIMEOUT.as_secs())
+            ExitCode::SUCCESS
         }
     }
 }
 
-/// The daemon's parent has read the ready line and gone: stdout and stderr now lead nowhere.
-fn quiet_standard_streams() {
-    use std::os::fd::AsRawFd as _;
-    if let Ok(null) = std::fs::OpenOptions::new().write(true).open("/dev/null") {
-        // SAFETY: dup2 onto the process's own standard descriptors, with a descriptor we own.
-        unsafe {
-            libc::dup2(null.as_raw_fd(), 1);
-            libc::dup2(null.as_raw_fd(), 2);
-        }
+fn exit(error: &anyhow::Error) -> ExitCode {
+    if let Some(Reported { code }) = error.downcast_ref::<Reported>() {
+        return ExitCode::from(*code);
+    }
+    let (code, line) = outcome(error);
+    tracing::error!("{line}");
+    let _ = writeln!(std::io::stderr(), "{line}");
+    ExitCode::from(code)
+}
+
+/// The exit status and the one line for an error: 2 for a refusal anywhere in its chain, else 1.
+pub fn outcome(error: &anyhow::Error) -> (u8, String) {
+    if error.chain().any(|cause| cause.is::<Refusal>()) {
+        (2, format!("mount-s3: {error:#}"))
+    } else {
+        (1, format!("mount-s3: error: {error:#}"))
     }
 }
+
+/// An outcome already told (by the daemon to the command, or by the command on stderr): `main` only sets the
+/// exit status.
+#[derive(Debug)]
+pub struct Reported {
+    pub code: u8,
+}
+
+impl fmt::Display for Reported {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "reported, exit status {}", self.code)
+    }
+}
+
+impl std::error::Error for Reported {}

@@ -14,13 +14,59 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ..errors import InvalidSpec
 from ..paths import private_dir, write_private
 
-__all__ = ["ListedObject", "write_object_list", "read_object_list"]
+__all__ = ["ListedObject", "write_object_list", "read_object_list", "key_problem"]
+
+
+# The most a size can be: mount-s3 reads it as a signed 64-bit count of bytes.
+_MAX_SIZE = 2**63 - 1
+_SIZE = re.compile(r"[0-9]+")
+_REMEDY = ("write the list with mountctl.write_object_list or `resnet.py index`, one key<TAB>etag<TAB>size line "
+           "per object")
+
+
+def key_problem(key: str) -> str | None:
+    """Why mount-s3 would refuse ``key`` in a list (the rules its own check applies), or None.
+
+    One set of rules on both sides: the Rust front end checks the same before it mounts (mount-s3/src/manifest.rs),
+    so a list this module writes or accepts is never refused late inside mount-s3."""
+    if not key:
+        return "an empty key"
+    if any(c in key for c in "\t\n\r\0"):
+        return "a key holding a tab, newline, carriage return or NUL"
+    if key.startswith("/") or key.endswith("/"):
+        return "a key that starts or ends with '/'"
+    if any(part in ("", ".", "..") for part in key.split("/")):
+        return "a key with an empty, '.' or '..' part"
+    return None
+
+
+def _check_all(objects: list[tuple[int, ListedObject]], where: str) -> None:
+    """Refuse a key named twice, or one that is also another key's folder (``a`` and ``a/b``): mount-s3 cannot
+    serve both, and found it only inside its database."""
+    seen: dict[str, int] = {}
+    for number, obj in objects:
+        if obj.key in seen:
+            raise InvalidSpec(f"{where}: {_at(number)}key {obj.key!r} is listed twice (first {_at(seen[obj.key])}"
+                              f"); list each object once")
+        seen[obj.key] = number
+    for number, obj in objects:
+        for i, c in enumerate(obj.key):
+            if c == "/" and obj.key[:i] in seen:
+                folder = obj.key[:i]
+                raise InvalidSpec(f"{where}: {_at(number)}key {obj.key!r} lies under {folder!r}, which is listed as "
+                                  f"an object ({_at(seen[folder]).strip()}); a mount cannot show both a file and a "
+                                  "folder by one name: drop one of them")
+
+
+def _at(number: int) -> str:
+    return f"line {number}, " if number else ""
 
 
 @dataclass(frozen=True)
@@ -30,10 +76,12 @@ class ListedObject:
     size: int
 
     def line(self) -> str:
-        if not self.key or any(c in self.key for c in "\t\n\r") or self.key.endswith("/"):
-            raise InvalidSpec(f"object key {self.key!r} cannot be listed: it is empty, ends in '/' or holds a tab or "
-                              "newline")
-        if not self.etag or any(c in self.etag for c in "\t\n\r"):
+        problem = key_problem(self.key)
+        if problem is not None:
+            raise InvalidSpec(f"object key {self.key!r} cannot be listed: {problem}")
+        if not 0 <= int(self.size) <= _MAX_SIZE:
+            raise InvalidSpec(f"object {self.key!r} cannot be listed: its size {self.size} is not 0 to {_MAX_SIZE}")
+        if not self.etag or any(c in self.etag for c in "\t\n\r\0"):
             raise InvalidSpec(f"object {self.key!r} has no usable ETag ({self.etag!r}): index the dataset again "
                               "so that each object's ETag is recorded")
         etag = self.etag if self.etag.startswith('"') else f'"{self.etag}"'
@@ -42,9 +90,11 @@ class ListedObject:
 
 def write_object_list(objects: Iterable[ListedObject]) -> str:
     """The list's path under ``$MOUNTCTL_HOME/objects/`` (0600, named by its digest); written only if new."""
-    text = "".join(obj.line() for obj in sorted(objects, key=lambda o: o.key))
+    ordered = sorted(objects, key=lambda o: o.key)
+    text = "".join(obj.line() for obj in ordered)
     if not text:
         raise InvalidSpec("an object list needs at least one object")
+    _check_all([(0, obj) for obj in ordered], "object list")
     path = os.path.join(private_dir("objects"), hashlib.sha256(text.encode()).hexdigest()[:32] + ".tsv")
     if not os.path.exists(path):
         write_private(path, text)
@@ -52,17 +102,40 @@ def write_object_list(objects: Iterable[ListedObject]) -> str:
 
 
 def read_object_list(path: str) -> list[ListedObject]:
-    """The objects a list names; a malformed line is refused in one message naming it."""
-    found = []
+    """The objects a list names; the first line mount-s3 would refuse is refused here, in one message naming the
+    file, the line, the key and what to do."""
     if not os.path.isfile(path):
         raise InvalidSpec(f"object list {path} does not exist: write one with mountctl.write_object_list, or give "
                           "the path of a key<TAB>etag<TAB>size file")
-    with open(path, encoding="utf-8") as f:
-        for number, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            fields = line.rstrip("\n").split("\t")
-            if len(fields) != 3 or not fields[2].isdigit():
-                raise InvalidSpec(f"object list {path}, line {number}: expected key<TAB>etag<TAB>size")
-            found.append(ListedObject(fields[0], fields[1], int(fields[2])))
-    return found
+    try:
+        with open(path, encoding="utf-8", newline="") as f:
+            text = f.read()
+    except UnicodeDecodeError as exc:
+        raise InvalidSpec(f"object list {path} is not UTF-8 text (byte {exc.start}); {_REMEDY}") from None
+    found: list[tuple[int, ListedObject]] = []
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()  # the last line's own newline
+    for number, line in enumerate(lines, 1):
+        if line == "":
+            continue  # only a completely empty line is skipped: a line of spaces is a malformed one
+        where = f"object list {path}, line {number}"
+        if "\r" in line:
+            raise InvalidSpec(f"{where}: holds a carriage return (a CRLF file?); {_REMEDY}")
+        fields = line.split("\t")
+        if len(fields) != 3:
+            raise InvalidSpec(f"{where}: expected key<TAB>etag<TAB>size, found {len(fields)} field(s); {_REMEDY}")
+        key, etag, size = fields
+        problem = key_problem(key)
+        if problem is not None:
+            raise InvalidSpec(f"{where}: {problem} ({key!r}), which mount-s3 cannot serve; {_REMEDY}")
+        if not etag:
+            raise InvalidSpec(f"{where}: key {key!r} has no ETag; index the dataset again so that each object's "
+                              "ETag is recorded")
+        if not _SIZE.fullmatch(size) or int(size) > _MAX_SIZE:
+            raise InvalidSpec(f"{where}: key {key!r} has size {size!r}, not a whole number of bytes; {_REMEDY}")
+        found.append((number, ListedObject(key, etag, int(size))))
+    if not found:
+        raise InvalidSpec(f"object list {path} names no object; {_REMEDY}")
+    _check_all(found, f"object list {path}")
+    return [obj for _, obj in found]

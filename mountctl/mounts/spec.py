@@ -121,6 +121,10 @@ class MountSpec:
         if not self.read_only:
             raise InvalidSpec("a mount of a list of objects is read-only: drop read_only=False (or --read-write)")
         object.__setattr__(self, "objects", os.path.abspath(self.objects))
+        location = parse_s3_uri(self.uri)
+        if objects_directory_name(location.bucket, location.prefix) in (".", ".."):
+            raise InvalidSpec(f"a list of objects mounts under the last part of the prefix, and {self.uri}'s is "
+                              "'.' or '..': give the prefix without it")
         object.__setattr__(self, "backend", "mount-s3")
 
     @property

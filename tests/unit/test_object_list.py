@@ -64,3 +64,46 @@ def test_mount_s3_gets_the_list_and_its_directory(tmp_path, monkeypatch):
     argv = MountS3().command(spec, S3Settings(endpoint_url="http://127.0.0.1:9", region="us-east-1"), str(tmp_path))
     assert argv[0] == "/opt/ours/mount-s3"  # AWS's mount-s3 has no --manifest: ours, even where AWS's is installed
     assert argv[argv.index("--manifest") + 1] == objects and argv[argv.index("--manifest-directory") + 1] == "shards"
+
+
+@pytest.mark.parametrize("line, message", [
+    ('a//b.jpg\t"e"\t1\n', "empty, '.' or '..' part"),
+    ('./x.jpg\t"e"\t1\n', "empty, '.' or '..' part"),
+    ('/x.jpg\t"e"\t1\n', "starts or ends with '/'"),
+    ('x.jpg\t"e"\t1\r\n', "carriage return"),
+    ('x.jpg\t\t1\n', "has no ETag"),
+    ('x.jpg\t"e"\t\u00b2\n', "not a whole number"),
+    ('x.jpg\t"e"\t99999999999999999999\n', "not a whole number"),
+    ('   \n', "found 1 field"),
+], ids=["double-slash", "dot", "leading-slash", "crlf", "no-etag", "superscript-digit", "too-big", "spaces"])
+def test_a_line_mount_s3_would_refuse_is_refused_at_read_naming_line_and_key(tmp_path, line, message):
+    """The same rules as mount-s3's own check (mount-s3/src/manifest.rs): before, such a list failed the whole
+    mount late, inside mount-s3, with no line number ("channel provided in the config is invalid")."""
+    path = tmp_path / "list.tsv"
+    path.write_text('ok.jpg\t"e"\t1\n' + line, newline="")
+    with pytest.raises(InvalidSpec, match="line 2") as caught:
+        read_object_list(str(path))
+    assert message in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_a_key_listed_twice_or_as_a_folder_of_another_is_refused_naming_both_lines(tmp_path):
+    """A brace range naming a shard twice failed inside mount-s3 with a database constraint error."""
+    path = tmp_path / "list.tsv"
+    path.write_text('a.tar\t"e"\t1\nb.tar\t"e"\t1\na.tar\t"e"\t1\n')
+    with pytest.raises(InvalidSpec, match=r"line 3, key 'a.tar' is listed twice \(first line 1"):
+        read_object_list(str(path))
+    path.write_text('n01/x.jpg\t"e"\t1\nn01\t"e"\t1\n')
+    with pytest.raises(InvalidSpec, match="lies under 'n01'.*line 2"):
+        read_object_list(str(path))
+    with pytest.raises(InvalidSpec, match="listed twice"):
+        write_object_list([ListedObject("a.tar", "e", 1), ListedObject("a.tar", "e", 1)])
+
+
+def test_a_list_that_is_not_utf8_or_names_nothing_is_refused_in_one_line(tmp_path):
+    path = tmp_path / "list.tsv"
+    path.write_bytes(b'caf\xe9.jpg\t"e"\t1\n')
+    with pytest.raises(InvalidSpec, match="not UTF-8"):
+        read_object_list(str(path))
+    path.write_text("\n\n")
+    with pytest.raises(InvalidSpec, match="names no object"):
+        read_object_list(str(path))

@@ -117,8 +117,30 @@ class AuthWatch:
     file (s3fs), and only its log says why.
     """
 
+    # How long a refusal that one LIST did not confirm is asked about again at each probe. A revoked key takes a
+    # moment to be refused everywhere (SeaweedFS: seconds), so the program's 403 can come before the LIST's: that
+    # line was consumed and forgotten, and the mount waited for another 403 that a reader in backoff was slow to
+    # cause (a key rotation through mount-s3 once waited out a loader's 120 s timeout).
+    UNCONFIRMED_FOR_S = 60.0
+
     def __init__(self) -> None:
         self._offsets: dict[str, int] = {}
+        self._held: tuple[str, float] | None = None
+
+    def hold(self, line: str) -> None:
+        """Keep ``line``, a refusal not confirmed yet, to be asked about again (``unconfirmed``)."""
+        if self._held is None:
+            self._held = (line, time.monotonic())
+
+    def unconfirmed(self) -> str:
+        """The refusal held by ``hold`` while it is younger than ``UNCONFIRMED_FOR_S``, else ''."""
+        if self._held is not None and time.monotonic() - self._held[1] < self.UNCONFIRMED_FOR_S:
+            return self._held[0]
+        self._held = None
+        return ""
+
+    def confirmed(self) -> None:
+        self._held = None
 
     def skip_to_end(self, paths: list[str]) -> None:
         """Ignore what is in the logs now (a fresh program's log starts clean)."""

@@ -327,8 +327,11 @@ class Mount:
         # Not only when healthy: s3fs answers the probe's lookup with EPERM once S3 refuses its key (a 403
         # on HEAD), which reads as "not-permitted"; a remount without new credentials would fail the same way.
         if health.state in ("healthy", "slow", "busy", "unresponsive", "not-permitted") and self._workdir is not None:
-            refused = self._auth_watch.refused(scratch.log_files(self._workdir))
-            if refused and self._credentials_refused():
+            refused = self._auth_watch.refused(scratch.log_files(self._workdir)) or self._auth_watch.unconfirmed()
+            if refused and not self._credentials_refused():
+                self._auth_watch.hold(refused)  # asked again at the next probe: the LIST may not see it yet
+            elif refused:
+                self._auth_watch.confirmed()
                 self._auth_refused = refused
                 return Health("unauthorized", health.latency_s, f"S3 refused the mount's credentials: {refused}",
                               health.pid)

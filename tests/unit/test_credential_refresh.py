@@ -90,6 +90,27 @@ def test_the_auth_watch_reports_a_refusal_once_and_only_new_lines(tmp_path, line
     assert watch.refused([str(log)]) == ""  # already read
 
 
+def test_a_refusal_the_list_did_not_confirm_yet_is_asked_about_again_for_a_while(tmp_path, monkeypatch):
+    """A revoked key is refused by the store's every part only after a moment: the program's 403 could come before
+    the confirming LIST's, and the line, already read, was forgotten (a key rotation through mount-s3 once waited
+    out a 120 s loader timeout). Held, it is asked about again at each probe, for a bounded time."""
+    import mountctl.mounts.health as health
+
+    clock = iter([100.0, 110.0, 100.0 + AuthWatch.UNCONFIRMED_FOR_S + 1, 200.0])
+    monkeypatch.setattr(health.time, "monotonic", lambda: next(clock))
+    log = tmp_path / "program.log"
+    log.write_text("WARN mountpoint_s3_client: GetObject failed: 403 Forbidden\n")
+    watch = AuthWatch()
+    line = watch.refused([str(log)])
+    assert "403" in line and watch.refused([str(log)]) == ""  # read once
+    watch.hold(line)  # at 100 s: the LIST still passed
+    assert watch.unconfirmed() == line  # at 110 s: asked again
+    assert watch.unconfirmed() == ""  # past the bound: forgotten
+    watch.hold(line)
+    watch.confirmed()  # the LIST was refused: the mount is remounted, nothing is held
+    assert watch.unconfirmed() == ""
+
+
 def test_an_unrelated_error_in_the_log_is_not_a_refusal(tmp_path):
     log = tmp_path / "program.log"
     log.write_text("2026/11/23 ERROR : IO error: connection reset by peer\n")

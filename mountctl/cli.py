@@ -76,6 +76,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="serve exactly the objects in the file LIST (one key<TAB>etag<TAB>size line each, keys "
                         "relative to the prefix): no LIST or HEAD when a file is opened, each read pinned to its ETag; "
                         "read-only, mountctl's mount-s3; they appear under DIR/<last part of the prefix>/")
+    m.add_argument("--whole-files", action="store_true",
+                   help="readers read each file whole, front to back (shards, whole objects): mount-s3 (mountctl's "
+                   "build) fetches a file's first 16 MiB at once, in parallel parts; not for reads at random offsets")
     m.add_argument("--memory-mb", type=int, metavar="MIB",
                    help="bound on the mount program's memory, turned into its own buffer flags (at least 64; "
                         "default: the program's defaults)")
@@ -151,6 +154,7 @@ def _mount_spec(args: argparse.Namespace) -> MountSpec:
         cache_dir=args.cache_dir, cache_size_mb=args.cache_size_mb, metadata_ttl_s=args.metadata_ttl,
         endpoint_url=args.endpoint_url, region=args.region, uid=args.uid, gid=args.gid,
         allow_other=args.allow_other, mount_timeout_s=args.timeout, memory_mb=args.memory_mb, warm=args.warm,
+        whole_files=args.whole_files,
         objects=args.objects,
         extra_args={args.backend: tuple(args.extra_arg)} if args.extra_arg and args.backend != "auto" else {},
     )

@@ -80,14 +80,17 @@ def bytes_routes(kinds: Sequence[str], backends: Sequence[str]) -> list[Route]:
 
 
 @contextlib.contextmanager
-def opened_route(route: Route, uri: str, settings: S3Settings, local: LocalDiskSource) -> Iterator[Any]:
-    """The route's source for one measurement (a mount is started for it and stopped after)."""
+def opened_route(route: Route, uri: str, settings: S3Settings, local: LocalDiskSource, *,
+                 whole_files: bool = False) -> Iterator[Any]:
+    """The route's source for one measurement (a mount is started for it and stopped after); ``whole_files`` for
+    cells that read every shard front to back (not the random cell)."""
     if route.kind == LOCAL:
         yield local
     elif route.kind == RAW_GET:
         yield RawGetSource(uri=uri, settings=settings)
     else:
-        with open_source(route.kind, uri, settings, backend=route.backend, **route.options) as source:
+        with open_source(route.kind, uri, settings, backend=route.backend, whole_files=whole_files,
+                         **route.options) as source:
             yield source
 
 

@@ -37,11 +37,11 @@ def route_read_ahead(backend: str) -> bool | None:
     return False if backend.endswith(NO_READ_AHEAD_ROUTE) else None
 
 
-def route_options(uri: str, settings: S3Settings, backend: str) -> dict[str, Any]:
-    """``open_source``'s options for a plan's backend: the program, for an index route the object list, and the
-    read-ahead where the route turns it off."""
+def route_options(uri: str, settings: S3Settings, backend: str, *, whole_files: bool = False) -> dict[str, Any]:
+    """``open_source``'s options for a plan's backend: the program, for an index route the object list, the
+    read-ahead where the route turns it off, and ``whole_files`` for cells that read shards front to back."""
     program, from_index = route_backend(backend)
-    options: dict[str, Any] = {"backend": program, "read_ahead": route_read_ahead(backend)}
+    options: dict[str, Any] = {"backend": program, "read_ahead": route_read_ahead(backend), "whole_files": whole_files}
     if from_index:
         options["objects"] = object_list_for(load_manifest(settings, uri), settings, uri)
     return options

@@ -55,7 +55,7 @@ def bench_loader(config: BenchConfig, *, settings: S3Settings | None = None) -> 
     with open_source(config.source_kind, config.uri, settings, backend=config.backend, mount_dir=config.mount_dir,
                      cache=config.cache, cache_dir=config.cache_dir, cache_size_mb=config.cache_size_mb,
                      read_ahead=config.read_ahead, readers=max(1, config.num_workers),
-                     from_index=config.from_index, manifest=manifest) as source:
+                     from_index=config.from_index, manifest=manifest, whole_files=True) as source:
         dataset = ShardDataset(manifest, source, batch_size=config.batch_size, seed=config.seed)
         for epoch in range(config.epochs if manifest.layout == "shards" else 0):
             extra = {"timeout": BATCH_TIMEOUT_S} if config.num_workers else {}

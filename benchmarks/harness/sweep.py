@@ -94,7 +94,7 @@ def _opened(kind: str, uri: str, settings: S3Settings, backend: str, local: Loca
         yield local, 0.0
         return
     started = time.perf_counter()
-    with open_source(kind, uri, settings, **route_options(uri, settings, backend)) as source:
+    with open_source(kind, uri, settings, **route_options(uri, settings, backend, whole_files=True)) as source:
         yield source, time.perf_counter() - started
 
 
@@ -196,7 +196,7 @@ def _bytes_cells(run: _Run, manifest: Manifest, uri: str, base: dict[str, Any], 
     for readers in config.bytes_readers:
         for route in routes:
             def measure(route: Any = route, readers: int = readers) -> list[dict[str, Any]]:
-                with opened_route(route, uri, settings, local) as source:
+                with opened_route(route, uri, settings, local, whole_files=True) as source:
                     daemon = source.describe().get("mount_pid")
                     return [{"epoch": epoch, **bytes_cell(manifest, source, readers=readers, program_pid=daemon)}
                             for epoch in EPOCHS]
@@ -222,7 +222,7 @@ def _train_cells(run: _Run, manifest: Manifest, uri: str) -> None:
     for label, kind, backend in source_plan(config):
         def measure(kind: str = kind, backend: str = backend) -> list[dict[str, Any]]:
             # Hold the (shared) mount here too, so that its daemon's CPU and memory can be watched.
-            with open_source(kind, uri, settings, **route_options(uri, settings, backend)) as source:
+            with open_source(kind, uri, settings, **route_options(uri, settings, backend, whole_files=True)) as source:
                 return train_cell(uri, settings, kind=kind, backend=backend, batch_size=config.train_batch_size,
                                   num_workers=config.train_workers, warmup_steps=config.train_warmup_steps,
                                   accelerator=config.accelerator, precision=config.train_precision,

@@ -20,7 +20,7 @@ BACKEND_NAMES = ("auto", "mount-s3", "rclone", "s3fs")
 _BOUNDS = ("mount_timeout_s", "unmount_timeout_s", "probe_timeout_s", "busy_grace_s")
 # Options that change how the program uses the node's resources, not which bytes it serves: requests
 # that differ only here share one mount, which keeps the bound of the request that started it.
-_RESOURCES = ("memory_mb",)
+_RESOURCES = ("memory_mb", "whole_files")
 # Work done for the loader once mounted, not a property of the mount: a later request's own ``warm`` is ignored.
 _AHEAD = ("warm",)
 # The least memory bound worth asking for: below it no mount program can run at all.
@@ -59,6 +59,9 @@ class MountSpec:
     allow_other: bool = False
     extra_args: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     memory_mb: int | None = None  # bound on the mount program's memory, turned into its own flags
+    # Readers read each file whole, front to back (shards): mount-s3 (our build) then fetches a file's first 16 MiB
+    # at once, as parallel parts. Leave False where files are read at random offsets (map-style over shards).
+    whole_files: bool = False
     warm: str | None = None  # read these files into the cache once mounted: "all", or a file listing paths
     # Serve exactly the objects of this list (object_list.write_object_list), read-only, each pinned to its ETag,
     # with no LIST or HEAD: mountctl's mount-s3 only. They appear under ``data_dir``.
@@ -84,6 +87,8 @@ class MountSpec:
             raise InvalidSpec("busy_grace_s and metadata_ttl_s cannot be negative")
         if self.cache_size_mb is not None and self.cache_size_mb <= 0:
             raise InvalidSpec(f"cache_size_mb must be positive, not {self.cache_size_mb!r}")
+        if not isinstance(self.whole_files, bool):
+            raise InvalidSpec(f"whole_files must be True or False, not {self.whole_files!r}")
         if self.memory_mb is not None and (isinstance(self.memory_mb, bool) or not isinstance(self.memory_mb, int)
                                            or self.memory_mb < MIN_MEMORY_MB):
             raise InvalidSpec(f"memory_mb must be a whole number of MiB, at least {MIN_MEMORY_MB}, "

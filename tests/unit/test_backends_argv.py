@@ -204,3 +204,22 @@ def test_doctor_says_why_an_old_aws_mount_s3_reads_in_its_own_parts(tmp_path, mo
     monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
     row = next(check for check in run_checks() if check["name"] == "backend mount-s3")
     assert row["ok"] and "mount-s3 1.7.2 (AWS)" in row["detail"] and "1.8.0" in row["detail"]
+
+
+def test_a_mount_read_whole_file_by_file_fetches_16_mib_first_only_with_our_build(tmp_path, monkeypatch):
+    """Our front end takes --initial-request-size (AWS's mount-s3 does not); a spec read at random offsets keeps
+    the prefetcher's small first GET, which keeps a random read cheap."""
+    ours = tmp_path / "ours" / "mount-s3"
+    ours.parent.mkdir()
+    ours.write_text("#!/bin/sh\necho 'mount-s3 built from mountpoint-s3-fs 0.11.0 (mountctl front end 0.1.0)'\n")
+    ours.chmod(0o755)
+    for program, whole, expected in ((str(ours), True, True), (str(ours), False, False),
+                                     (_aws_mount_s3(tmp_path, "1.22.0"), True, False)):
+        monkeypatch.setattr(MountS3, "executable", lambda self, program=program: program)
+        argv = MountS3().command(_spec(whole_files=whole), LOCAL, str(tmp_path))
+        assert ("--initial-request-size" in argv) is expected, (program, whole)
+        if expected:
+            assert argv[argv.index("--initial-request-size") + 1] == str(16 * 1024 * 1024)
+    mine = MountS3().command(_spec(whole_files=True, extra_args={"mount-s3": ("--initial-request-size", "0")}),
+                             LOCAL, str(tmp_path))
+    assert mine.count("--initial-request-size") <= 1

@@ -17,10 +17,15 @@ from ..spec import MountSpec
 from .base import Backend, cache_plan, flag_value, ownership_flags, set_flag
 
 __all__ = ["MountS3", "mount_s3_memory_flags", "describe_mount_s3", "mount_s3_takes_read_part_size",
-           "MOUNT_S3_MIN_MEMORY_MB", "MOUNT_S3_READ_PART_BYTES"]
+           "MOUNT_S3_MIN_MEMORY_MB", "MOUNT_S3_READ_PART_BYTES", "WHOLE_FILE_FIRST_GET"]
 
 MOUNT_S3_MIN_MEMORY_MB = 512  # mountpoint-s3-fs's MINIMUM_MEM_LIMIT, the least --memory-target it takes
 MOUNT_S3_READ_PART_BYTES = 5 * 1024 * 1024  # the least part size mountpoint-s3-client takes
+# A file's first GET when readers read files whole (``MountSpec.whole_files``): 16 MiB, fetched by the CRT as
+# parallel parts from the first byte, where the prefetcher's default 1.125 MiB comes alone and the window ramps
+# up only as the reader waits. Far store, 16 MiB shards: one reader 65 against 57 MB/s, four 223 against 172
+# (docs/mount-s3.md "Tuned on the far store"); a random 110 KB read would wait 97 against 35 ms, hence only there.
+WHOLE_FILE_FIRST_GET = 16 * 1024 * 1024
 _READ_PART_SIZE_SINCE = (1, 8, 0)  # the first AWS mount-s3 release with --read-part-size
 
 
@@ -53,6 +58,10 @@ class MountS3(Backend):
             os.makedirs(cache, mode=0o700, exist_ok=True)
             os.chmod(cache, 0o700)
         return settings.child_env()
+
+    def _ours(self, executable: str) -> bool:
+        """mountctl's build on AWS's crates, which takes our own prefetcher flags; AWS's mount-s3 does not."""
+        return self.version(executable).startswith("mount-s3 built from ")
 
     def read_part_size_note(self, executable: str | None = None) -> str:
         """Empty, or one line on why this mount-s3 reads in its own default parts (an AWS release before 1.8.0)."""
@@ -96,6 +105,8 @@ class MountS3(Backend):
             # part alone before it knows the size, so a smaller one starts the parallel parts sooner; a random
             # read costs the same (measured: docs/mount-s3.md "Tuned on the far store"). Uploads keep 8 MiB parts.
             argv += ["--read-part-size", str(MOUNT_S3_READ_PART_BYTES)]
+        if spec.whole_files and not flag_value(extra, "--initial-request-size") and self._ours(executable):
+            argv += ["--initial-request-size", str(WHOLE_FILE_FIRST_GET)]  # a flag of our build, not AWS's
         return mount_s3_memory_flags(argv + extra, spec.memory_mb)
 
     def owns(self, entry: MountEntry) -> bool:

@@ -311,7 +311,8 @@ def train(config: TrainConfig, *, settings: S3Settings | None = None, out: TextI
     with worker_tempdir(), open_source(config.source_kind, dataset.uri, settings, backend=config.backend, mount_dir=config.mount_dir,
                      cache=config.cache, cache_dir=config.cache_dir, cache_size_mb=config.cache_size_mb,
                      read_ahead=config.read_ahead, dataset_bytes=manifest.total_bytes,
-                     readers=max(1, num_workers), from_index=config.from_index, manifest=manifest
+                     readers=max(1, num_workers), from_index=config.from_index, manifest=manifest,
+                     whole_files=not config.random_access
                      ) as source:
         monitor = ThroughputMonitor(manifest.num_images, warmup_batches=config.warmup_batches)
         data_wait = DataWaitMonitor(config.source_kind, threshold=config.data_wait_threshold,

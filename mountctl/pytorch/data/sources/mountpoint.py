@@ -253,7 +253,8 @@ def mountpoint_source(uri: str, settings: S3Settings, *, backend: str = "auto", 
                       cache: bool = True, cache_dir: str | None = None, cache_size_mb: int | None = None,
                       read_ahead: bool | None = None, shards_ahead: int = 2, dataset_bytes: int | None = None,
                       readers: int | None = None, memory_mb: int | None = None, objects: str | None = None,
-                      from_index: bool = False, manifest: Any = None, **_: Any) -> Iterator[MountpointSource]:
+                      from_index: bool = False, manifest: Any = None, whole_files: bool = False,
+                      **_: Any) -> Iterator[MountpointSource]:
     """Mount ``uri`` read-only for the run; ranks on one node share the one mount.
 
     The mount program gets exactly ``settings`` (endpoint, region, credentials), so this
@@ -269,7 +270,8 @@ def mountpoint_source(uri: str, settings: S3Settings, *, backend: str = "auto", 
     node (``LOCAL_WORLD_SIZE``); ``memory_mb`` sets the bound instead.  ``objects`` (an object list made from
     the dataset's index, ``index_mount.object_list_for``) mounts exactly those objects with mount-s3: no LIST or
     HEAD when a file is opened, each read pinned to the index's ETag; ``from_index`` makes that list from the
-    run's ``manifest`` here, the one kind that mounts.
+    run's ``manifest`` here, the one kind that mounts. ``whole_files``: the run reads each shard whole, front to
+    back (not map-style), so mount-s3 may fetch a file's first 16 MiB at once (``MountSpec.whole_files``).
     """
     import mountctl
     from mountctl.pytorch.data.readahead import warm_slots
@@ -294,6 +296,8 @@ def mountpoint_source(uri: str, settings: S3Settings, *, backend: str = "auto", 
         options["memory_mb"] = memory_mb
     if objects is not None:
         options["objects"] = objects
+    if whole_files:
+        options["whole_files"] = True
     with mountctl.mount(uri, mount_dir, backend=backend, settings=settings, **options) as mounted:
         record = None
         if read_ahead and "cache_dir" in options:

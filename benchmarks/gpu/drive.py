@@ -328,7 +328,7 @@ def run_all(run: Run, found: dict[str, Any]) -> None:
 
 def _epoch(summary: dict[str, Any] | None, number: int, field_name: str) -> Any:
     epochs = (summary or {}).get("epochs") or []
-    return epochs[number][field_name] if len(epochs) > number else None
+    return epochs[number].get(field_name) if len(epochs) > number else None
 
 
 def _wait(summary: dict[str, Any] | None, number: int) -> Any:
@@ -379,6 +379,34 @@ def rows(found: dict[str, Any]) -> list[dict[str, Any]]:
     return table
 
 
+def verdicts(found: dict[str, Any]) -> list[str]:
+    """Issue 42's targets, each with its number: whole epoch 2 >= 0.95 x the ceiling and epoch 1 >= 0.9 x, per
+    source; where one is missed, what the other cells say about the limit; and which source is first."""
+    limit = (found.get("ceiling") or {}).get("images_per_s")
+    lines, epoch2 = [], {}
+    for kind, cell in found.get("sources", {}).items():
+        train, bench = cell.get("train"), cell.get("bench")
+        e1, e2 = _epoch(train, 0, "epoch_images_per_s"), _epoch(train, 1, "epoch_images_per_s")
+        if not (limit and e1 and e2):
+            lines.append(f"{kind}: no training figures to hold against the ceiling ({cell.get('train_status')})")
+            continue
+        epoch2[kind] = e2
+        met = e1 / limit >= 0.9 and e2 / limit >= 0.95
+        line = (f"{kind}: epoch 1 {e1 / limit:.2f} x the ceiling (target 0.90), epoch 2 {e2 / limit:.2f} (target "
+                f"0.95): {'met' if met else 'not met'}")
+        if not met:
+            line += (f"; waiting for data {_fmt(_wait(train, 0), 3)} / {_fmt(_wait(train, 1), 3)} of step time; the "
+                     f"loader alone, decoding in its workers: {_fmt(_epoch(bench, 1, 'epoch_images_per_s'))} img/s; "
+                     f"first batch {_fmt(_epoch(train, 0, 'first_batch_s'), 2)} s (see the decode rows)")
+        lines.append(line)
+    if epoch2:
+        first = max(epoch2, key=lambda kind: epoch2[kind])
+        lines.append(f"first in epoch 2: {first}" + ("" if first == "mountpoint" else
+                                                       f" ({epoch2[first]:,.0f} img/s; mountpoint "
+                                                       f"{_fmt(epoch2.get('mountpoint'))})"))
+    return lines
+
+
 def markdown(found: dict[str, Any], table: list[dict[str, Any]]) -> str:
     facts = found.get("facts") or {}
     plan = found.get("plan") or {}
@@ -393,7 +421,7 @@ def markdown(found: dict[str, Any], table: list[dict[str, Any]]) -> str:
         lines.append(f"| {r['cell']} | {r['what']} | {_fmt(r.get('e1'))} | {_fmt(r.get('e2'))} | "
                      f"{_fmt(r.get('r1'), 2)} | {_fmt(r.get('r2'), 2)} | {_fmt(r.get('w1'), 3)} | "
                      f"{_fmt(r.get('w2'), 3)} | {_fmt(r.get('first'), 2)} | {r['status'][:80]} | {r.get('note', '')} |")
-    return "\n".join(lines) + "\n"
+    return "\n".join([*lines, "", *verdicts(found)]) + "\n"
 
 
 def write_report(run: Run, found: dict[str, Any]) -> bool:
@@ -404,6 +432,7 @@ def write_report(run: Run, found: dict[str, Any]) -> bool:
     elapsed = round(time.time() - run.started, 1)
     ok = all(step.ok or step.probe for step in run.steps)
     report = {"ok": ok, "seconds": elapsed, "budget_s": run.plan.budget_s, "found": found, "table": table,
+              "verdicts": verdicts(found),
               "steps": [{"name": s.name, "status": s.status, "seconds": s.seconds} for s in run.steps]}
     (out / "gpu-run.json").write_text(run.scrub(json.dumps(report, indent=1, default=str)) + "\n")
     (out / "gpu-table.md").write_text(text)

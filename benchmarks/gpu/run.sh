@@ -57,11 +57,12 @@ base=${TMPDIR:-/tmp}
 work=$(mktemp -d "$base/mountctl-gpu.XXXXXX")
 driver_pid=""
 server_pid=""
+unpacked=""
 mounted_under() {  # mount points under $1, deepest first (read from mountinfo: a dead FUSE mount fails stat)
   awk -v root="$1/" 'index($5, root) == 1 {print $5}' /proc/self/mountinfo | sort -r
 }
 cleanup() {
-  local status=$? group left
+  local status=$? group left cleared
   trap - EXIT INT TERM
   set +e
   if [ -n "$driver_pid" ]; then  # the driver stops its current step (its own process group) on SIGTERM
@@ -72,8 +73,9 @@ cleanup() {
   group=$(cat "$work/step.pgid" 2>/dev/null)
   [ -n "$group" ] && kill -KILL -- "-$group" 2>/dev/null
   # Mounts made through mountctl are unmounted by mountctl (it stops their supervisors), then anything left.
-  if [ -d "$work/home" ]; then
-    timeout 60 "$python" -m mountctl cleanup >>"$work/logs/cleanup.log" 2>&1
+  if [ -n "$unpacked" ]; then
+    cleared=$(timeout 60 "$python" -m mountctl cleanup 2>&1)
+    [ "$cleared" = "nothing to clean up" ] || echo "$cleared" | sed 's/^/run.sh: mountctl cleanup: /'
   fi
   for dir in $(mounted_under "$work"); do
     timeout 20 fusermount3 -uz "$dir" 2>/dev/null || timeout 20 umount -l "$dir" 2>/dev/null
@@ -104,6 +106,7 @@ export PATH="$work/bin:$PATH"
 export LD_LIBRARY_PATH="$work/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"  # holds libfuse3.so.3 alone
 export PYTHONPATH="$work/site:$repo${PYTHONPATH:+:$PYTHONPATH}"
 export MOUNTCTL_HOME="$work/home" TMPDIR="$work/tmp" PYTHONUNBUFFERED=1
+unpacked=1  # mountctl can run now, and clean up after itself
 if [ -z "$fuse" ] && ! problem=$(mount-s3 --version 2>&1 >/dev/null); then
   fuse="mount-s3 does not start here: $(echo "$problem" | tail -1)"
   say "FUSE: the mount cannot run on this machine ($fuse); running s3io and fsspec only"

@@ -306,12 +306,18 @@ def run_all(run: Run, found: dict[str, Any]) -> None:
     for number, kind in enumerate(kinds):
         share = (run.remaining() - plan.reserve_s - decode_s) / (len(kinds) - number)
         program = backend if kind == "mountpoint" else None
-        train = run.step(f"train-{kind}", train_argv(run, python, uri, kind, program, decode),
-                         min(plan.caps["train"], max(0.7 * share, 5)))
-        bench = run.step(f"bench-{kind}", bench_argv(run, python, uri, kind, program),
-                         min(plan.caps["bench"], max(share - train.seconds, 5)))
-        found["sources"][kind] = {"train": train.result, "bench": bench.result, "program": program,
-                                  "train_status": train.status, "bench_status": bench.status}
+        cell = found["sources"][kind] = {"train": None, "bench": None, "program": program,
+                                         "train_status": "not run", "bench_status": "not run"}
+        try:
+            train = run.step(f"train-{kind}", train_argv(run, python, uri, kind, program, decode),
+                             min(plan.caps["train"], max(0.7 * share, 5)))
+            run.step(f"bench-{kind}", bench_argv(run, python, uri, kind, program),
+                     min(plan.caps["bench"], max(share - train.seconds, 5)))
+        finally:  # also when stopped part-way: the row says how far it got
+            for step in run.steps:
+                if step.name in (f"train-{kind}", f"bench-{kind}"):
+                    key = step.name.split("-")[0]
+                    cell.update({key: step.result, f"{key}_status": step.status})
     shard = sorted((Path(run.args.s3_dir) / BUCKET / uri.split("/", 3)[3]).glob("*.tar"))
     decoding = run.step("decode", [python, str(here / "decode.py"), "--shard", str(shard[0]) if shard else "",
                                  "--workers", str(plan.workers), "--batch-size", str(plan.batch_size), "--device",

@@ -62,7 +62,7 @@ mounted_under() {  # mount points under $1, deepest first (read from mountinfo: 
   awk -v root="$1/" 'index($5, root) == 1 {print $5}' /proc/self/mountinfo | sort -r
 }
 cleanup() {
-  local status=$? group left cleared
+  local status=$? group left
   trap - EXIT INT TERM
   set +e
   if [ -n "$driver_pid" ]; then  # the driver stops its current step (its own process group) on SIGTERM
@@ -72,10 +72,20 @@ cleanup() {
   fi
   group=$(cat "$work/step.pgid" 2>/dev/null)
   [ -n "$group" ] && kill -KILL -- "-$group" 2>/dev/null
-  # Mounts made through mountctl are unmounted by mountctl (it stops their supervisors), then anything left.
+  # Mounts the run's MOUNTCTL_HOME still lists are unmounted by mountctl (it stops their supervisors), then
+  # anything left mounted under the run's directory. Not `mountctl cleanup`: it also stops this user's orphaned
+  # servers elsewhere on the machine, which are not the run's to stop.
   if [ -n "$unpacked" ]; then
-    cleared=$(timeout 60 "$python" -m mountctl cleanup 2>&1)
-    [ "$cleared" = "nothing to clean up" ] || echo "$cleared" | sed 's/^/run.sh: mountctl cleanup: /'
+    timeout 120 "$python" - <<'PY' 2>&1 | sed 's/^/run.sh: /'
+import json, subprocess, sys
+mountctl = [sys.executable, "-m", "mountctl"]
+listed = subprocess.run(mountctl + ["status", "--json"], capture_output=True, text=True, timeout=30).stdout
+for row in json.loads(listed or "{}").get("mounts", []):
+    done = subprocess.run(mountctl + ["unmount", row["dir"], "--timeout", "20"], capture_output=True, text=True,
+                          timeout=40)
+    print(f"unmounted {row['dir']}, left mounted by a step" if done.returncode == 0
+          else f"could not unmount {row['dir']}: {done.stderr.strip()}")
+PY
   fi
   for dir in $(mounted_under "$work"); do
     timeout 20 fusermount3 -uz "$dir" 2>/dev/null || timeout 20 umount -l "$dir" 2>/dev/null

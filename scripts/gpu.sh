@@ -121,7 +121,7 @@ manifest = {"made": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "commit"
 PY
 
 # Sizes: what goes to the GPU machine (everything but wheels-py*/, which serve another Python) against the limit.
-bytes_of() { find "$@" -type f -printf '%s\n' 2>/dev/null | awk '{s += $1} END {print s + 0}'; }
+bytes_of() { { find "$@" -type f -printf '%s\n' 2>/dev/null || true; } | awk '{s += $1} END {print s + 0}'; }
 gpu_bytes=$(bytes_of "$build" -not -path "$build/wheels-py*")
 mib() { awk -v b="$1" 'BEGIN {printf "%.1f", b / 1048576}'; }
 if [ "$gpu_bytes" -gt $((limit_mib * 1048576)) ]; then
@@ -133,7 +133,10 @@ fi
 rm -rf "$dest"
 mv "$build" "$dest"
 trap - EXIT
-extra_bytes=$(bytes_of "$dest"/wheels-py*)
+extra_bytes=0
+for extra in "$dest"/wheels-py*/; do
+  [ -d "$extra" ] && extra_bytes=$((extra_bytes + $(bytes_of "$extra")))
+done
 echo "gpu.sh: wrote $dest in $((SECONDS - started)) s: $(mib "$gpu_bytes") MiB for the GPU machine (limit $limit_mib MiB)"
 (cd "$dest" && find . -type f -not -path './wheels-py*' -printf '%s %p\n' | sort -rn | head -4 \
   | awk '{printf "  %.1f MiB %s\n", $1 / 1048576, $2}')

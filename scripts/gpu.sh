@@ -55,7 +55,7 @@ if [ -e "$dest" ] && [ ! -f "$dest/MANIFEST.json" ] && [ -n "$(ls -A "$dest" 2>/
   die "$dest exists and is not a pack (no MANIFEST.json): move it away or choose --dest"
 fi
 cache=${MOUNTCTL_GPU_CACHE:-$HOME/.cache/mountctl/gpu-pack}
-mkdir -p "$cache"
+mkdir -p "$cache" "$(dirname "$dest")"
 build=$(mktemp -d "$(dirname "$dest")/.gpu-pack.XXXXXX")
 trap 'rm -rf "$build"' EXIT
 chmod 755 "$build"

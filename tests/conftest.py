@@ -297,7 +297,7 @@ def sweep(local_s3, tmp_path_factory):
 # pytest-xdist each file runs whole on one worker (--dist loadfile keeps its module fixtures to one start), in
 # collection order (scripts/test.sh passes --no-loadscope-reorder: xdist would otherwise start the files with
 # the most tests first): the long ones start first so that none of them is left running alone at the end.
-_LONGEST_FIRST = ("test_own_data.py", "test_resume.py", "test_bench.py", "test_torch_e2e.py", "test_key_rotation.py",
+_LONGEST_FIRST = ("test_gpu_pack.py", "test_own_data.py", "test_resume.py", "test_bench.py", "test_torch_e2e.py", "test_key_rotation.py",
                   "test_slurm.py", "test_examples.py", "test_peers.py", "test_own_data_features.py",
                   "test_throttling.py", "test_mapstyle.py", "test_faults.py", "test_checkpoints.py",
                   "test_s3_outage.py", "test_own_data_examples.py", "test_mlperf.py", "test_settings_routes.py",

@@ -3,9 +3,8 @@
 What a source's training rate is held against: the same model, optimizer, precision and Lightning Trainer
 settings as ``resnet.py train`` (a torchvision ResNet from uint8 images normalised on the device, SGD with
 momentum 0.9, weight decay 1e-4 and lr 0.1 x batch / 256, cross-entropy; channels_last on CUDA, as training with
-``--decode gpu`` runs), fed one fixed batch again and again.  The model is written out here rather than imported
-from the training package because this run drives the repository through its command lines only; if
-``mountctl/pytorch/training/model.py`` changes, change this with it.  Prints one JSON line.
+``--decode gpu`` runs), fed one fixed batch again and again: the model is the training package's own
+(``mountctl.pytorch.training.model``), so the ceiling and the sources train the same thing.  Prints one JSON line.
 
     python ceiling.py --arch resnet50 --batch-size 256 --image-size 224 --steps 40 --accelerator gpu --precision bf16-mixed
 """
@@ -18,29 +17,8 @@ import time
 
 import lightning
 import torch
-import torch.nn.functional as F
-import torchvision
 
-_MEAN = (0.485, 0.456, 0.406)
-_STD = (0.229, 0.224, 0.225)
-
-
-class Classifier(lightning.LightningModule):
-    def __init__(self, arch: str, num_classes: int, lr: float) -> None:
-        super().__init__()
-        self.net = getattr(torchvision.models, arch)(weights=None, num_classes=num_classes)
-        self.register_buffer("mean", torch.tensor(_MEAN).view(1, 3, 1, 1) * 255, persistent=False)
-        self.register_buffer("std", torch.tensor(_STD).view(1, 3, 1, 1) * 255, persistent=False)
-        self.lr = lr
-
-    def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
-        images = (batch["images"].float() - self.get_buffer("mean")) / self.get_buffer("std")
-        loss = F.cross_entropy(self.net(images), batch["labels"])
-        self.log("loss", loss, prog_bar=True, batch_size=len(batch["labels"]))
-        return loss
-
-    def configure_optimizers(self) -> torch.optim.Optimizer:
-        return torch.optim.SGD(self.parameters(), lr=self.lr, momentum=0.9, weight_decay=1e-4)
+from mountctl.pytorch.training.model import ResNetClassifier
 
 
 class Clock(lightning.Callback):
@@ -90,7 +68,7 @@ def main() -> int:
                                                                   generator=generator).to(device)}
     total = args.warmup_steps + args.steps
     loader = torch.utils.data.DataLoader([batch] * total, batch_size=None)
-    model = Classifier(args.arch, args.num_classes, lr=0.1 * args.batch_size / 256)
+    model = ResNetClassifier(args.num_classes, lr=0.1 * args.batch_size / 256, arch=args.arch)
     if cuda:
         model = model.to(memory_format=torch.channels_last)
     clock = Clock(args.warmup_steps)

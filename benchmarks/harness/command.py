@@ -156,10 +156,32 @@ def run_bench(args: argparse.Namespace, config: Any) -> int:
     the embedded S3): every ``with`` and ``finally`` stops what it started, then one line and exit 143."""
     try:
         return _run_bench(args, config)
+    except KeyboardInterrupt as exc:
+        kept = _keep_partial(exc, config)
+        if kept:
+            raise KeyboardInterrupt(kept) from None  # resnet.py prints "interrupted; <kept>" in one line
+        raise
     except SystemExit as exc:
         if exc.code in (128 + signal.SIGTERM, 128 + signal.SIGHUP):  # mountctl's way out on those signals
-            print(f"resnet.py bench: stopped by {signal.Signals(exc.code - 128).name}", file=sys.stderr, flush=True)
+            kept = _keep_partial(exc, config)
+            print(f"resnet.py bench: stopped by {signal.Signals(exc.code - 128).name}" + (f"; {kept}" if kept else ""),
+                  file=sys.stderr, flush=True)
         raise
+
+
+def _keep_partial(stop: BaseException, config: Any) -> str:
+    """Write the cells a stopped sweep had measured (``sweep.run_sweep`` hands them over on the exception), marked
+    as interrupted; what to say about them, or '' when nothing was measured yet."""
+    partial = getattr(stop, "partial_result", None)
+    if partial is None:
+        return ""
+    from benchmarks.harness.report import write_report
+
+    try:
+        paths = write_report(partial, config.out)
+    except Exception as exc:  # the stop itself is the news: a report that cannot be written is said, not raised
+        return f"the {len(partial['cells'])} cells measured before the stop could not be written: {exc}"
+    return f"kept the {len(partial['cells'])} cells measured before the stop in {paths['json']}"
 
 
 def _run_bench(args: argparse.Namespace, config: Any) -> int:

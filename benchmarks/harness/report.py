@@ -88,7 +88,9 @@ def header(result: dict[str, Any]) -> list[str]:
             f"{machine.get('load_average_end')} at end; endpoint {result['endpoint']}; "
             f"{result['seconds']} s in all.",
             "Stores: " + "; ".join(_store_line(name, about) for name, about in result.get("stores", {}).items())
-            + "."]
+            + "."] + ([f"**Interrupted**: {len(result['cells'])} of {result.get('cells_planned')} cells were measured "
+                       "before the run was stopped; a cell missing below was not measured."]
+                      if result.get("interrupted") else [])
 
 
 def sections(result: dict[str, Any]) -> dict[str, str]:

@@ -363,16 +363,29 @@ def run_sweep(config: SweepConfig, *, settings: S3Settings | None = None) -> dic
                 for row in run.cells[first:]:
                     row.setdefault("store", store)
                 result["stores"][store]["seconds"] = round(time.perf_counter() - began, 1)
+        except (KeyboardInterrupt, SystemExit) as stop:
+            # Ctrl-C or SIGTERM: what was started is stopped by the ``with`` blocks above; the cells measured so far
+            # ride on the exception to ``command``, which writes them, marked as interrupted, before it exits.
+            if run.cells:
+                result["interrupted"] = True
+                stop.partial_result = _finish(result, run.cells, config, total, started)  # type: ignore[union-attr]
+            raise
         finally:
             run.config = config
             shutil.rmtree(scratch, ignore_errors=True)
     if config.accelerator != "gpu":
         run.cells.append({"cell": "gpu", "status": "not run: --accelerator cpu (no GPU on this machine)"
                           if result["machine"]["gpu"] is None else "not run: --accelerator cpu"})
-    _add_ratios(run.cells)
-    add_map_ratios(run.cells)
-    add_checkpoint_ratios(run.cells)
-    result["cells"] = run.cells
+    return _finish(result, run.cells, config, total, started)
+
+
+def _finish(result: dict[str, Any], cells: list[dict[str, Any]], config: SweepConfig, total: int,
+            started: float) -> dict[str, Any]:
+    """The run's cells with their ratios to the limits, and the run's closing facts."""
+    _add_ratios(cells)
+    add_map_ratios(cells)
+    add_checkpoint_ratios(cells)
+    result["cells"] = cells
     result["cells_planned"] = total
     result["seconds"] = round(time.perf_counter() - started, 1)
     result["machine"]["load_average_end"] = [round(x, 2) for x in os.getloadavg()]

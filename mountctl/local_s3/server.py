@@ -178,6 +178,10 @@ class LocalS3:
     def _path(self, name: str) -> str:
         return os.path.join(self.dir, name)
 
+    def sockets(self) -> list[str]:
+        """weed's own unix sockets for filer and S3, wherever they went (``_socket``), whether or not they exist."""
+        return [self._socket("filer.sock"), self._socket("s3.sock")]
+
     def _socket(self, name: str) -> str:
         """Where weed's unix socket ``name`` goes: our private dir, or where that path is too long to bind (a
         deep $MOUNTCTL_HOME), a private directory of this user's under /tmp named after it."""
@@ -537,7 +541,7 @@ class LocalS3:
 
     def _remove_sockets(self) -> None:
         """weed leaves unix sockets behind, ours and, for gRPC, in /tmp named by port."""
-        leftovers = [self._socket("filer.sock"), self._socket("s3.sock")]
+        leftovers = self.sockets()
         for port in (self._read_json("server.json") or {}).get("ports", {}).values():
             for number in (port, port + _GRPC_OFFSET):
                 leftovers += glob.glob(f"/tmp/seaweedfs-*-{number}.sock")

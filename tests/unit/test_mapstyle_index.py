@@ -6,8 +6,13 @@ read-ahead test reads them from a local directory through the same ``FileReader`
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
+import os
+import subprocess
+import sys
+import textwrap
 import threading
 import time
 
@@ -171,3 +176,65 @@ def test_a_read_that_never_returns_fails_within_the_bound_without_threads_or_wor
             dataset.__getitems__([0])
     finally:
         release.set()
+
+
+def _hung_pair(tmp_path):
+    """Two objects: ``0.jpg`` a real JPEG, ``1.jpg`` a FIFO with no writer, whose open blocks in the kernel until
+    one comes: a read that never returns, produced for real and on demand."""
+    names, refs = _folder(tmp_path, 1)
+    os.mkfifo(tmp_path / "1.jpg")
+    names.append("1.jpg")
+    refs.append(SampleRef(1, 1, 0, jpg_size=1000))
+    return names, refs
+
+
+def _release(fifo):
+    """Give the blocked open its writer, so that the abandoned thread ends."""
+    with contextlib.suppress(OSError):
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+
+
+def test_a_read_that_never_returns_does_not_hold_up_the_next_read(tmp_path, monkeypatch):
+    """The bounded read ran on a one-thread pool: after a read that gave nothing in the bound, every later read
+    queued behind it and failed the same way. Each read now runs on a thread of its own."""
+    from mountctl.pytorch.data import mapstyle
+
+    names, refs = _hung_pair(tmp_path)
+    monkeypatch.setattr(mapstyle, "FETCH_TIMEOUT_S", 0.5)
+    dataset = MapSampleDataset(FileReader(str(tmp_path), tuple(names)), names, refs, image_size=16,
+                               uri="s3://bkt/p/", readahead_threads=0)
+    try:
+        with pytest.raises(DatasetError, match=r"object s3://bkt/p/1.jpg gave no bytes in 0.5 s"):
+            dataset[1]
+        assert dataset[0][2] == 0  # queued behind the hung read, it failed "gave no bytes" too
+    finally:
+        _release(str(tmp_path / "1.jpg"))
+
+
+@pytest.mark.parametrize("threads", [0, 4], ids=["bounded-read", "read-ahead"])
+def test_a_process_with_a_read_that_never_returned_still_exits(tmp_path, threads):
+    """The interpreter joined the read pool's workers at exit, so one hung read made the process hang as it
+    ended; the reads now run on daemon threads, which exit abandons."""
+    names, refs = _hung_pair(tmp_path)
+    code = textwrap.dedent(f"""
+        import sys
+        from mountctl.pytorch.data import mapstyle
+        from mountctl.pytorch.data.mapstyle import MapSampleDataset, SampleRef
+        from mountctl.pytorch.data.sources.mountpoint import FileReader
+        from mountctl.pytorch.errors import DatasetError
+        mapstyle.FETCH_TIMEOUT_S = 0.5
+        names = {names!r}
+        refs = [SampleRef(0, 0, {refs[0].label}, jpg_size={refs[0].jpg_size}), SampleRef(1, 1, 0, jpg_size=1000)]
+        dataset = MapSampleDataset(FileReader(sys.argv[1], tuple(names)), names, refs, image_size=16,
+                                   readahead_threads={threads})
+        try:
+            dataset.__getitems__([1, 0]) if {threads} else dataset[1]
+        except DatasetError:
+            print("refused")
+    """)
+    try:
+        done = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True,
+                              timeout=60)
+        assert done.stdout.strip() == "refused", done.stderr[-2000:]
+    finally:
+        _release(str(tmp_path / "1.jpg"))

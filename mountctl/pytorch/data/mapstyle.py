@@ -21,8 +21,10 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import os
+import queue
+import threading
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -112,7 +114,7 @@ class MapSampleDataset(Dataset):
         self.classes = list(classes)
         self.fix_hint = fix_hint or remake_hint(uri)  # what to run when an object no longer matches the index
         self.class_to_idx = {name: i for i, name in enumerate(self.classes)}
-        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
+        self._pool: _DaemonThreads | None = None
         self._pool_pid = 0
 
     @classmethod
@@ -198,8 +200,19 @@ class MapSampleDataset(Dataset):
     def _fetch_bounded(self, ref: SampleRef) -> bytes:
         """``_fetch`` on a pool thread this one can walk away from: a read blocked in a hung mount never holds
         the caller (with no DataLoader worker, the training loop itself)."""
+        # A daemon thread of its own per read: a read that never returns is abandoned there, so the next read does
+        # not queue behind it, and the interpreter does not wait for it at exit (a pool's workers are joined then).
+        future: concurrent.futures.Future[bytes] = concurrent.futures.Future()
+
+        def read() -> None:
+            try:
+                future.set_result(self._fetch(ref))
+            except BaseException as exc:  # noqa: BLE001  handed to the caller, which raises it
+                future.set_exception(exc)
+
+        threading.Thread(target=read, name="mountctl-bounded-read", daemon=True).start()
         try:
-            return self._threads().submit(self._fetch, ref).result(timeout=FETCH_TIMEOUT_S)
+            return future.result(timeout=FETCH_TIMEOUT_S)
         except concurrent.futures.TimeoutError:
             raise self._no_answer(ref) from None
 
@@ -208,10 +221,9 @@ class MapSampleDataset(Dataset):
         ref = self.refs[index]
         return self._sample(ref, self._fetch_bounded(ref), epoch)
 
-    def _threads(self) -> concurrent.futures.ThreadPoolExecutor:
+    def _threads(self) -> _DaemonThreads:
         if self._pool is None or self._pool_pid != os.getpid():
-            self._pool = concurrent.futures.ThreadPoolExecutor(max(1, self.readahead_threads),
-                                                               thread_name_prefix="readahead")
+            self._pool = _DaemonThreads(max(1, self.readahead_threads), "mountctl-readahead")
             self._pool_pid = os.getpid()
         return self._pool
 
@@ -243,6 +255,34 @@ class MapSampleDataset(Dataset):
         if self.readahead_threads <= 0 or len(items) <= 1:
             return [self[item] for item in items]
         return list(self._read_ahead(items))
+
+
+class _DaemonThreads:
+    """The read-ahead's threads, as daemons: a read blocked in a hung mount is abandoned at its bound, never joined.
+
+    Not ``ThreadPoolExecutor``: the interpreter joins its workers at exit, so one read that never returned made the
+    process hang when it ended."""
+
+    def __init__(self, threads: int, name: str) -> None:
+        self._jobs: queue.SimpleQueue[tuple[concurrent.futures.Future[Any], Callable[..., Any], tuple[Any, ...]]] = (
+            queue.SimpleQueue())
+        for number in range(threads):
+            threading.Thread(target=self._serve, name=f"{name}-{number}", daemon=True).start()
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> concurrent.futures.Future[Any]:
+        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        self._jobs.put((future, fn, args))
+        return future
+
+    def _serve(self) -> None:
+        while True:
+            future, fn, args = self._jobs.get()
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(fn(*args))
+            except BaseException as exc:  # noqa: BLE001  handed to whoever waits on the future
+                future.set_exception(exc)
 
 
 def collate(samples: Sequence[tuple[Any, ...]]) -> dict[str, Any]:

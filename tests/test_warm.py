@@ -171,3 +171,29 @@ def test_a_listed_path_outside_the_directory_is_refused_and_reported(tmp_path):
     report = warm(str(tmp_path / "inside"), ["a.jpg", "../secret"], timeout_s=60)
     assert report.files == 1 and report.bytes == 10
     assert report.failed == ["../secret: outside the mount"]
+
+
+def test_a_list_mount_warms_the_listed_paths_under_the_directory_it_serves(store, mount_root, tmp_path):
+    """A mount of a list of objects serves them under one directory (MountSpec.data_dir), and warm's paths are
+    relative to the prefix: they were resolved against the mount point, so every one read as missing."""
+    from mountctl import ListedObject, parse_s3_uri, write_object_list
+    from mountctl.mounts.backends import BACKENDS
+    from mountctl.s3 import client, list_objects
+
+    from conftest import missing
+
+    if not BACKENDS["mount-s3"].available():
+        missing("mount-s3 is not installed; `bash scripts/setup.sh` builds it")
+    location = parse_s3_uri(store.uri)
+    listed = list_objects(client(store.settings), location.bucket, location.prefix)
+    objects = write_object_list([ListedObject(key, stored.etag or "", stored.size) for key, stored in listed.items()])
+    listing = tmp_path / "warm.txt"
+    listing.write_text("\n".join(store.names) + "\n")
+    spec = _spec(store, mount_root, tmp_path / "cache", backend="mount-s3", objects=objects, warm=str(listing))
+    with Mount(spec, settings=store.settings) as mount:
+        deadline = time.monotonic() + 120
+        while mount.warm_report is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        report = mount.warm_report
+        assert report is not None and report.complete and not report.missing, report
+        assert report.files == FILES and report.bytes == FILES * SIZE, report

@@ -286,7 +286,8 @@ class Mount:
             self.report("warmed" if report.complete else "warm-incomplete", report.summary())
 
         self.report("warming", f"{'every file' if names is None else f'{len(names)} files'} into the cache")
-        self._warmer = Warmer(self.path, names, budget_bytes=budget).in_background(done)
+        # Paths are relative to the prefix: under the mount point, or for a list of objects the directory it serves
+        self._warmer = Warmer(self.spec.data_dir, names, budget_bytes=budget).in_background(done)
 
     def stop(self) -> None:
         """Unmount and stop the child; safe to call twice and after a failed start."""

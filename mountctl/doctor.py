@@ -17,6 +17,7 @@ from .mounts.backends import BACKENDS, MountS3
 from .mounts.fusectl import force_clear
 from .mounts.health import mount_health
 from .mounts.mounttable import find_mount, read_mount_table
+from .mounts.object_list import sweep_unused_lists
 from .mounts.scratch import sweep_abandoned_workdirs
 from .processes import process_alive
 from .s3 import check_bucket_access, parse_s3_uri, resolve
@@ -106,6 +107,7 @@ def cleanup() -> CleanupReport:
                 continue
         report.cleared.append(f"abandoned mount {mount_dir} ({record.uri})")
     report.cleared += sweep_abandoned_workdirs()
+    report.cleared += [f"unused object list {path}" for path in sweep_unused_lists()]
     report.cleared += [f"stray local S3 server file {path}" for path in sweep_stray_server_files()]
     managed = paths.managed_mounts_dir()
     for entry in read_mount_table():

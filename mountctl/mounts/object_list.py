@@ -15,13 +15,14 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ..errors import InvalidSpec
 from ..paths import private_dir, write_private
 
-__all__ = ["ListedObject", "write_object_list", "read_object_list", "key_problem"]
+__all__ = ["ListedObject", "write_object_list", "read_object_list", "key_problem", "sweep_unused_lists"]
 
 
 # The most a size can be: mount-s3 reads it as a signed 64-bit count of bytes.
@@ -139,3 +140,39 @@ def read_object_list(path: str) -> list[ListedObject]:
         raise InvalidSpec(f"object list {path} names no object; {_REMEDY}")
     _check_all(found, f"object list {path}")
     return [obj for _, obj in found]
+
+
+# A list younger than this is left alone by the sweep: it may have just been written for a mount about to start.
+UNUSED_LIST_AGE_S = 3600.0
+
+
+def sweep_unused_lists(min_age_s: float = UNUSED_LIST_AGE_S) -> list[str]:
+    """Remove the lists under ``$MOUNTCTL_HOME/objects/`` that no running mount program names and that are older
+    than ``min_age_s``; return what was removed (``mountctl cleanup``).
+
+    A list is written once per dataset and kept for the mounts that name it (a remount reads it again); nothing
+    removed one whose mount was killed, so they piled up. In use is judged from the processes themselves: a
+    mount-s3 serving a list carries its path on its command line."""
+    import psutil
+
+    folder = private_dir("objects")
+    in_use: set[str] = set()
+    for process in psutil.process_iter(["cmdline", "uids"]):
+        try:
+            if process.info["uids"] is not None and process.info["uids"].real != os.getuid():
+                continue
+            in_use.update(arg for arg in process.info["cmdline"] or () if arg.startswith(folder + os.sep))
+        except psutil.Error:
+            continue
+    removed = []
+    now = time.time()
+    for name in sorted(os.listdir(folder)):
+        path = os.path.join(folder, name)
+        try:
+            if not name.endswith(".tsv") or path in in_use or now - os.stat(path).st_mtime < min_age_s:
+                continue
+            os.unlink(path)
+        except OSError:
+            continue
+        removed.append(path)
+    return removed

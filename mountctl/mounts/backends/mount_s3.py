@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 
 from ...errors import BackendNotFound
 from ...programs import bundled_mount_s3
@@ -57,7 +58,18 @@ class MountS3(Backend):
             cache = _mount_s3_cache_dir(spec, workdir)
             os.makedirs(cache, mode=0o700, exist_ok=True)
             os.chmod(cache, 0o700)
-        return settings.child_env()
+        env = settings.child_env()
+        if spec.objects:
+            # Our mount-s3 builds a list's SQLite store in a temporary directory, removed when it exits, but not
+            # when it is killed: kept in the mount's private workdir, it goes with the workdir (at unmount, or
+            # swept by `mountctl cleanup` once the owner is gone), and a remount clears what a killed one left.
+            tmp = os.path.join(workdir, "tmp")
+            for name in os.listdir(tmp) if os.path.isdir(tmp) else ():
+                if name.startswith("mount-s3-manifest-"):
+                    shutil.rmtree(os.path.join(tmp, name), ignore_errors=True)
+            os.makedirs(tmp, mode=0o700, exist_ok=True)
+            env["TMPDIR"] = tmp
+        return env
 
     def _ours(self, executable: str) -> bool:
         """mountctl's build on AWS's crates, which takes our own prefetcher flags; AWS's mount-s3 does not."""

@@ -16,6 +16,7 @@ from typing import Any
 from mountctl import InvalidSpec, S3Settings, parse_s3_uri, resolve
 from mountctl.pytorch.data.manifest import check_shards_present, load_manifest
 from mountctl.pytorch.data.sources import check_source_choice, open_source
+from mountctl.pytorch.data.sources.mountpoint import check_from_index
 
 __all__ = ["BenchConfig", "bench_loader"]
 
@@ -40,6 +41,7 @@ class BenchConfig:
     def __post_init__(self) -> None:
         object.__setattr__(self, "uri", str(parse_s3_uri(self.uri)))
         check_source_choice(self.source_kind, self.backend)
+        check_from_index(self.source_kind, self.backend, self.from_index)
         if self.batch_size < 1 or self.epochs < 1 or self.num_workers < 0 or self.warmup_batches < 0:
             raise InvalidSpec("batch size and epochs must be positive; workers and warm-up batches not negative")
 

@@ -121,3 +121,20 @@ def test_a_store_that_does_not_answer_fails_before_torch_or_lightning_loads():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
     assert "nothing answers at S3 endpoint http://127.0.0.1:1" in done.stderr, done.stderr[-2000:]
     assert done.stdout.split() == ["1", "[]"], done.stdout
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["train", "s3://bkt/p/", "--source-kind", "s3io", "--from-index"], "only --source-kind mountpoint"),
+    (["train", "s3://bkt/p/", "--source-kind", "fsspec", "--from-index"], "only --source-kind mountpoint"),
+    (["train", "s3://bkt/p/", "--backend", "rclone", "--from-index"], "mount-s3 only: drop --backend rclone"),
+    (["bench", "s3://bkt/p/", "--source-kind", "s3io", "--from-index"], "only --source-kind mountpoint"),
+    (["bench", "s3://bkt/p/", "--source-kind", "mountpoint", "--backend", "s3fs", "--from-index"],
+     "mount-s3 only: drop --backend s3fs"),
+])
+def test_from_index_where_it_cannot_apply_is_refused_at_the_dry_run(argv, message):
+    """It was ignored for s3io and fsspec, and refused for rclone or s3fs only once the index had been loaded;
+    the dry run asks S3 nothing (no server here)."""
+    from resnet import configure
+
+    with pytest.raises(InvalidSpec, match=message):
+        configure(argv)

@@ -19,6 +19,7 @@ from mountctl.pytorch.data.device_decode import resolve_decode
 from mountctl.pytorch.data.location import parse_data_uri
 from mountctl.pytorch.data.manifest import load_dataset_description
 from mountctl.pytorch.data.sources import check_source_choice, open_source
+from mountctl.pytorch.data.sources.mountpoint import check_from_index
 from mountctl.pytorch.notices import quiet_known_notices
 from mountctl.pytorch.worker_tmp import worker_tempdir
 
@@ -159,6 +160,7 @@ class TrainConfig:
         target = parse_data_uri(self.uri)  # a prefix, or shards picked by a brace pattern
         object.__setattr__(self, "uri", self.uri if target.names is not None else target.uri)
         check_source_choice(self.source_kind, self.backend)
+        check_from_index(self.source_kind, self.backend, self.from_index)
         if self.batch_size < 1:
             raise InvalidSpec(f"--batch-size must be at least 1, not {self.batch_size}")
         if self.num_workers is not None and self.num_workers < 0:

@@ -17,7 +17,7 @@ from mountctl.pytorch.data.sources.reader_state import PerProcessState
 from mountctl.pytorch.data.sources.refreshing import Credentials
 
 __all__ = ["MountpointSource", "mountpoint_source", "FileReader", "add_mountpoint_arguments", "mountpoint_options",
-           "memory_bound_mb", "read_ahead_default"]
+           "memory_bound_mb", "read_ahead_default", "check_from_index"]
 
 T = TypeVar("T")
 
@@ -308,6 +308,21 @@ def mountpoint_source(uri: str, settings: S3Settings, *, backend: str = "auto", 
                                uri=str(location), settings=settings, cache_dir=cache_in_use.get("cache_dir"),
                                cache_size_mb=cache_in_use.get("cache_size_mb"), read_ahead_dir=record,
                                shards_ahead=shards_ahead, warm_slots=warm_slots(readers_on_node))
+
+
+def check_from_index(source_kind: str, backend: str, from_index: bool) -> None:
+    """Refuse ``--from-index`` where it cannot apply, at the dry run: it was silently ignored for s3io and fsspec,
+    and refused for rclone or s3fs only after the index had been loaded."""
+    from mountctl import InvalidSpec
+
+    if not from_index:
+        return
+    if source_kind != "mountpoint":
+        raise InvalidSpec(f"--from-index mounts the objects the index lists, which only --source-kind mountpoint "
+                          f"does: drop --from-index for --source-kind {source_kind}")
+    if backend not in ("auto", "mount-s3"):
+        raise InvalidSpec(f"--from-index mounts with mountctl's mount-s3 only: drop --backend {backend}, or drop "
+                          "--from-index")
 
 
 def read_ahead_default(backend: str, from_list: bool) -> bool:

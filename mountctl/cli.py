@@ -216,13 +216,9 @@ def _cmd_unmount(args: argparse.Namespace) -> int:
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
-    from .mounts.backends import get_backend
     from .shared import status
 
     rows = status(args.timeout)
-    for row in rows:  # which build runs matters most for mount-s3: AWS's own, or mountctl's on AWS's crates
-        if row["backend"] == "mount-s3":
-            row["program_version"] = get_backend("mount-s3").running_version(row["pid"])
     if args.json:
         print(json.dumps({"mounts": rows}, indent=2))
         return 0
@@ -234,7 +230,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
         health = row["health"]
         latency = f" {health['latency_s'] * 1000:.0f}ms" if health.get("latency_s") else ""
         cache = f"{row['cache']['cache_size_mb']}MiB" if row.get("cache") else "none"
-        program = f" ({row['program_version']})" if row.get("program_version") else ""
+        program = f" ({row['program_version']})" if row.get("backend") else ""
         print(f"{row['dir']}  {row['uri']}  backend={row['backend']}{program} pid={row['pid']} state={row['state']} "
               f"health={health['state']}{latency} since={since} restarts={row['restarts']} holders={row['holders']} "
               f"cache={cache}" + (f" warm={row['warm']['state']}" if row.get("warm") else "")

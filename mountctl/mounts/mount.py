@@ -171,6 +171,7 @@ class Mount:
         self._cache: str | None = None  # this mount's own data cache directory, removed at stop
         self._cache_plan: CachePlan | None = None  # the cache the program really runs with
         self.cache_note = ""  # why that differs from what the spec asked ("" when it does not)
+        self.program_version = ""  # the version line of the binary last started, asked before it ran
         self._created_dir = False
         self._preflight = preflight
         self._watchdog_enabled = watchdog
@@ -430,6 +431,8 @@ class Mount:
         spec = spec.replace(cache_dir=self._cache if plan else None, cache_size_mb=plan.size_mb if plan else None)
         argv = backend.command(spec, self.settings, self._workdir)
         env = backend.environment(spec, self.settings, self._workdir)
+        # Which build runs matters (AWS's mount-s3 or ours): asked of the binary now, before it runs, and kept.
+        self.program_version = backend.version(argv[0])
         log_path = self.log_path
         assert log_path is not None
         with open(log_path, "ab") as log_file:

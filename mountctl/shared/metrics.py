@@ -59,6 +59,8 @@ def record_figures(record: MountRecord) -> dict[str, Any]:
         health = {"state": "dead", "latency_s": None, "error": "mount program exited", "pid": record.program_pid}
     return {
         "uri": record.uri, "dir": record.mount_dir, "backend": record.backend, "pid": record.program_pid,
+        # Recorded when the program was started: never asked of the running process (its pid may be another's now).
+        "program_version": record.program_version or "unknown",
         "supervisor_pid": (record.supervisor or {}).get("pid"),
         "state": state, "health": health, "since": record.since,
         "restarts": record.restarts, "last_error": record.last_error, "holders": len(record.holders),

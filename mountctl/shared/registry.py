@@ -57,6 +57,7 @@ class MountRecord:
     stop_requested: bool = False
     cache: dict[str, Any] | None = None  # the data cache the program runs with (None: none), not what was asked
     cache_note: str = ""  # why that differs from the request
+    program_version: str = ""  # the program's version line, recorded when it was started ("": an older record)
 
     def __post_init__(self) -> None:
         if self.state not in SHARED_STATES:

@@ -58,7 +58,8 @@ def test_concurrent_event_publishes_keep_every_event(tmp_path):
     """The supervisor's own publish path, from several threads (the watchdog and the main loop)."""
     registry = Registry(str(tmp_path))
     registry.write(_record())
-    mount = type("MountFacts", (), {"restarts": 0, "pid": 7, "backend": "rclone", "log_path": None, "cache": None, "cache_note": ""})()
+    mount = type("MountFacts", (), {"restarts": 0, "pid": 7, "backend": "rclone", "log_path": None, "cache": None, "cache_note": "",
+                                    "program_version": "rclone v1"})()
 
     def publish(thread: int) -> None:
         for n in range(MAX_EVENTS // 4):

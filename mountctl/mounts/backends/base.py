@@ -49,20 +49,15 @@ class Backend:
         return find_program(self.program) is not None
 
     def version(self, executable: str | None = None) -> str:
-        """The first line of ``--version`` of ``executable`` (default: the one found now)."""
+        """The first line of ``--version`` of ``executable`` (default: the one found now).
+
+        Asked of a binary mountctl is about to start (``Mount`` records it then), never of a running process's
+        ``/proc/PID/exe``: a pid from a record may by now be any other program's."""
         try:
             path = executable or self.executable()
             return _version_line(path, os.stat(path).st_mtime_ns)
         except (OSError, subprocess.TimeoutExpired, BackendNotFound) as exc:
             return f"unknown ({exc})"
-
-    def running_version(self, pid: int | None) -> str:
-        """The version of the program a mount runs now (``/proc/PID/exe``), which may not be the one on PATH."""
-        try:
-            executable = os.readlink(f"/proc/{pid}/exe").removesuffix(" (deleted)") if pid else None
-        except OSError:
-            executable = None
-        return self.version(executable) if executable else self.version()
 
     def command(self, spec: MountSpec, settings: S3Settings, workdir: str) -> list[str]:
         raise NotImplementedError

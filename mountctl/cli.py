@@ -235,6 +235,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
               f"health={health['state']}{latency} since={since} restarts={row['restarts']} holders={row['holders']} "
               f"cache={cache}" + (f" warm={row['warm']['state']}" if row.get("warm") else "")
               + (f"\n    warm: {row['warm']['detail']}" if row.get("warm") else "")
+              + (f"\n    memory: {row['memory']['note']}" if row["memory"].get("note") else "")
               + (f"\n    last error: {row['last_error']}" if row["last_error"] else ""))
     return 0
 

@@ -91,3 +91,38 @@ def test_peak_rss_stays_under_the_bound_while_four_readers_stream(program, s3, b
     print(f"{program}: bound {bound_mb} MiB, sampled peak RSS {peak / MIB:.0f} MiB, VmHWM {high_water / MIB:.0f} MiB")
     assert peak < bound_mb * MIB, f"{program} reached {peak / MIB:.0f} MiB RSS under a {bound_mb} MiB bound"
     assert high_water < bound_mb * MIB, f"{program}'s high-water mark was {high_water / MIB:.0f} MiB"
+
+
+def test_a_bound_under_mount_s3s_least_runs_at_that_least_and_says_so_in_one_line(s3_env, bucket, mount_root,
+                                                                                  tmp_path):
+    """Mountpoint takes no ``--memory-target`` under 512 MiB, so a smaller bound runs at 512 (issue 40, 2.4): the
+    user is told in one line at mount, as a capped cache is, and status shows the bound in force and why.
+
+    Not refused: training derives its bound from the plan (128 MiB + 64 per reader: 256 with two workers) and
+    ``auto`` picks mount-s3 first, so a refusal would stop every default run on a small node."""
+    import json
+    import subprocess
+    import sys
+
+    require_fuse()
+    if not BACKENDS["mount-s3"].available():
+        missing("mount-s3 is not installed; `bash scripts/setup.sh` builds it")
+    env = {**os.environ, "MOUNTCTL_HOME": str(tmp_path / "home")}
+    mount_dir = str(mount_root / "small")
+    cli = [sys.executable, "-m", "mountctl"]
+    done = subprocess.run(cli + ["mount", f"s3://{bucket}/", mount_dir, "--backend", "mount-s3", "--memory-mb", "256"],
+                          env=env, capture_output=True, text=True, timeout=120)
+    try:
+        assert done.returncode == 0, done.stderr
+        notes = [line for line in done.stderr.splitlines() if "512" in line]
+        assert len(notes) == 1, done.stderr
+        assert "256 MiB" in notes[0] and "--memory-mb 512" in notes[0], notes
+        [row] = json.loads(subprocess.run(cli + ["status", "--json"], env=env, capture_output=True, text=True,
+                                          timeout=60, check=True).stdout)["mounts"]
+        assert row["memory"]["bound_bytes"] == 512 * MIB
+        assert row["memory"]["note"] and notes[0].endswith(row["memory"]["note"]), (row["memory"], notes)
+        text = subprocess.run(cli + ["status"], env=env, capture_output=True, text=True, timeout=60, check=True).stdout
+        assert f"    memory: {row['memory']['note']}" in text, text
+        print(f"\n[mount-s3 --memory-mb 256] {notes[0]}")
+    finally:
+        subprocess.run(cli + ["unmount", mount_dir], env=env, capture_output=True, timeout=120)

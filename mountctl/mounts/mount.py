@@ -172,6 +172,8 @@ class Mount:
         self._cache_plan: CachePlan | None = None  # the cache the program really runs with
         self.cache_note = ""  # why that differs from what the spec asked ("" when it does not)
         self.program_version = ""  # the version line of the binary last started, asked before it ran
+        self.memory_mb: int | None = spec.memory_mb  # the bound the program runs with (a program's least, say)
+        self.memory_note = ""  # why that differs from what the spec asked ("" when it does not)
         self._created_dir = False
         self._preflight = preflight
         self._watchdog_enabled = watchdog
@@ -248,6 +250,9 @@ class Mount:
             self._stopping.clear()
             self.started_at = None
             self._backend = choose_backend(self.spec.backend)
+            self.memory_mb, self.memory_note = self._backend.memory_bound(self.spec)
+            if self.memory_note:
+                log.warning("%s: %s", self.path, self.memory_note)
             warm_list = read_listing(self.spec.warm) if self.spec.warm else None  # a bad list fails here, early
             scratch.sweep_abandoned_workdirs()
             log.info("mounting %s at %s with %s", self.spec.uri, self.path, self._backend.name)

@@ -199,8 +199,9 @@ def acquire(spec: MountSpec, *, settings: S3Settings | None = None, pinned: bool
         handle.release(wait=not isinstance(exc, Exception))
         raise
     ready = registry.read(spec.mount_dir)
-    if ready is not None and ready.cache_note:  # the supervisor's log is not where the user looks
-        log.warning("%s: %s", spec.mount_dir, ready.cache_note)
+    for note in (ready.cache_note, ready.memory_note) if ready is not None else ():
+        if note:  # the supervisor's log is not where the user looks
+            log.warning("%s: %s", spec.mount_dir, note)
     return handle
 
 

@@ -50,7 +50,7 @@ def record_figures(record: MountRecord) -> dict[str, Any]:
     """
     supervisor_alive = process_alive(record.supervisor)
     state = record.state if supervisor_alive else "abandoned"
-    memory_mb = record.spec.get("memory_mb")
+    memory_mb = record.memory_mb or record.spec.get("memory_mb")  # in force; an older record: as asked
     health: dict[str, Any] | None = None if state == "mounted" else {
         "state": record.state if supervisor_alive else "dead", "latency_s": None,
         "error": "" if supervisor_alive else "supervisor is gone; run `mountctl cleanup`"}
@@ -65,7 +65,8 @@ def record_figures(record: MountRecord) -> dict[str, Any]:
         "state": state, "health": health, "since": record.since,
         "restarts": record.restarts, "last_error": record.last_error, "holders": len(record.holders),
         "pinned": record.pinned, "log": record.log_path, "endpoint": record.identity.get("s3", {}).get("endpoint"),
-        "memory": {"rss_bytes": None, "peak_rss_bytes": None, "bound_bytes": memory_mb * MIB if memory_mb else None},
+        "memory": {"rss_bytes": None, "peak_rss_bytes": None, "bound_bytes": memory_mb * MIB if memory_mb else None,
+                   "note": record.memory_note},
         "cache": _cache_settings(record),
         "warm": _warm_state(record),
         "program": {},

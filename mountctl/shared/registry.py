@@ -57,6 +57,8 @@ class MountRecord:
     stop_requested: bool = False
     cache: dict[str, Any] | None = None  # the data cache the program runs with (None: none), not what was asked
     cache_note: str = ""  # why that differs from the request
+    memory_mb: int | None = None  # the memory bound the program runs with (None: none, or an older record)
+    memory_note: str = ""  # why that differs from the request
     program_version: str = ""  # the program's version line, recorded when it was started ("": an older record)
 
     def __post_init__(self) -> None:

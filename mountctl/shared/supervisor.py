@@ -39,7 +39,8 @@ def _published(mount: Mount, event: dict[str, Any]) -> Any:
     def change(record: MountRecord) -> MountRecord:
         changes: dict[str, Any] = {"restarts": mount.restarts, "program_pid": mount.pid, "backend": mount.backend,
                                    "log_path": mount.log_path, "cache": mount.cache,
-                                   "cache_note": mount.cache_note, "program_version": mount.program_version}
+                                   "cache_note": mount.cache_note, "program_version": mount.program_version,
+                                   "memory_mb": mount.memory_mb, "memory_note": mount.memory_note}
         kind = event["event"]
         if kind in ("dead", "unresponsive", "unauthorized", "restart-failed"):
             changes.update(state="recovering", last_error=event["detail"])

@@ -59,7 +59,7 @@ def test_concurrent_event_publishes_keep_every_event(tmp_path):
     registry = Registry(str(tmp_path))
     registry.write(_record())
     mount = type("MountFacts", (), {"restarts": 0, "pid": 7, "backend": "rclone", "log_path": None, "cache": None, "cache_note": "",
-                                    "program_version": "rclone v1"})()
+                                    "program_version": "rclone v1", "memory_mb": None, "memory_note": ""})()
 
     def publish(thread: int) -> None:
         for n in range(MAX_EVENTS // 4):

@@ -59,6 +59,10 @@ class Backend:
         except (OSError, subprocess.TimeoutExpired, BackendNotFound) as exc:
             return f"unknown ({exc})"
 
+    def memory_bound(self, spec: MountSpec) -> tuple[int | None, str]:
+        """The memory bound the program runs with (None: none) and, when it is not the one asked, why."""
+        return spec.memory_mb, ""
+
     def command(self, spec: MountSpec, settings: S3Settings, workdir: str) -> list[str]:
         raise NotImplementedError
 

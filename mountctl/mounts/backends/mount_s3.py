@@ -52,6 +52,15 @@ class MountS3(Backend):
                                   "which is not built: run `bash scripts/setup.sh`", program=self.program)
         return ours
 
+    def memory_bound(self, spec: MountSpec) -> tuple[int | None, str]:
+        """Mountpoint keeps to no bound under 512 MiB: a smaller one runs at 512, said in one line."""
+        if spec.memory_mb is None or spec.memory_mb >= MOUNT_S3_MIN_MEMORY_MB:
+            return spec.memory_mb, ""
+        return MOUNT_S3_MIN_MEMORY_MB, (
+            f"memory bound raised to {MOUNT_S3_MIN_MEMORY_MB} MiB instead of the {spec.memory_mb} MiB asked: "
+            f"mount-s3 takes no --memory-target under {MOUNT_S3_MIN_MEMORY_MB} MiB; give --memory-mb "
+            f"{MOUNT_S3_MIN_MEMORY_MB} or more, or choose --backend rclone or s3fs for a smaller bound")
+
     def environment(self, spec: MountSpec, settings: S3Settings, workdir: str) -> dict[str, str]:
         # mount-s3 makes its own directory under --cache but not --cache itself; only this user may enter it.
         if cache_plan(spec, workdir) is not None:
@@ -152,7 +161,8 @@ def mount_s3_memory_flags(argv: list[str], memory_mb: int | None) -> list[str]:
     window of every open file to fit (its parts come from one paged pool).
 
     Mountpoint takes no target under 512 MiB (``MINIMUM_MEM_LIMIT``; AWS's CLI refuses one): a smaller bound
-    is raised to that for mount-s3, the least it can keep to. Its ``--max-threads`` counts FUSE threads, not
+    is raised to that for mount-s3, the least it can keep to, and ``MountS3.memory_bound`` says so (``Mount``
+    logs it, the registry keeps it for ``mountctl status``). Its ``--max-threads`` counts FUSE threads, not
     S3 requests, so it is left alone."""
     if not memory_mb:
         return argv

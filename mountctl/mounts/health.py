@@ -16,12 +16,13 @@ from .backends import Backend
 from .fusectl import serving_pid
 from .mounttable import find_mount
 from .probe import probe_path
-from .progress import made_progress, progress_mark, received_since
+from .progress import progress_evidence, progress_mark, received_since
 
 __all__ = ["Health", "HealthState", "HEALTH_STATES", "SERVING_STATES", "mount_health", "AuthWatch"]
 
-# "busy": the probe got no answer in time, but the program is working (its store sent it bytes meanwhile): a queue,
-# not a hang.  Nothing the probe itself causes counts (its FUSE request, the interrupt after it): progress.py.
+# "busy": the probe got no answer in time, but the program is working (its store sent it bytes, it read its data
+# cache from disk, or it kept a CPU busy meanwhile): a queue, not a hang.  Nothing the probe itself causes counts
+# (its FUSE request, the interrupt after it): progress.py.
 # "unresponsive": no answer in time and no progress either: wedged (stopped, deadlocked, stuck in the kernel, or
 # every handler waiting on a store that never answers while the read loop still runs).
 # "unauthorized": the program runs and answers, but S3 refuses its credentials (rotated, revoked, expired).
@@ -55,8 +56,9 @@ def mount_health(path: str, backend: Backend | None, child: subprocess.Popen[byt
                  timeout_s: float) -> Health:
     """Classify the mount at ``path``; a wedged daemon costs at most ``timeout_s``.
 
-    A probe that times out is judged by what the program received from its store over the same
-    window: bytes came in, the mount is "busy" (serving others ahead of the probe), else "unresponsive".
+    A probe that times out is judged by what the program did over the same window (``progress``): bytes from
+    its store or its disk, or CPU time, make the mount "busy" (serving others ahead of the probe), else it is
+    "unresponsive".
     """
     pid = child if isinstance(child, int) else (child.pid if child is not None else None)
     alive = child.poll() is None if isinstance(child, subprocess.Popen) else pid_running(pid)
@@ -79,14 +81,13 @@ def mount_health(path: str, backend: Backend | None, child: subprocess.Popen[byt
                       "is slow to start a process): no verdict on the mount this time", pid)
     if probe.timed_out:
         after = progress_mark(pid)
-        received = received_since(before, after)
-        if made_progress(before, after):
-            working = (f"it received {received} bytes from its store meanwhile" if received is not None
-                       else "its CPU time advanced; its sockets are not readable by this user")
+        working = progress_evidence(before, after)
+        if working:
             return Health("busy", probe.latency_s, f"{probe.error}, but the mount program is working ({working}): "
                           "requests are queued behind other readers", pid)
         why = ("it is stopped (SIGSTOP or a tracer)" if after.stopped
-               else "it received nothing from its store meanwhile" if received is not None
+               else "it received nothing from its store, read nothing from its disk and used little CPU meanwhile"
+               if received_since(before, after) is not None
                else "its CPU time did not advance")
         return Health("unresponsive", probe.latency_s, f"{probe.error} and {why}", pid)
     if probe.errno in _REFUSED_ERRNOS:

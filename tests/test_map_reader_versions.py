@@ -8,6 +8,7 @@ the real local S3, read through the real s3torchconnector and s3fs, replaced bet
 from __future__ import annotations
 
 import os
+import pickle
 
 import pytest
 
@@ -31,6 +32,11 @@ def test_a_map_reader_refuses_an_object_replaced_mid_run_in_one_line(kind, range
         span = (512, 100) if ranged else (None, None)
         assert reader.read(0, *span) == (old[512:612] if ranged else old)
         s3.put_object(Bucket=bucket, Key="own/train-000000.tar", Body=new)
+        if kind == "s3io":
+            # s3io checks each object once per process, at its first read there (one HEAD; fsspec's If-Match rides
+            # on every GET): the process to meet the new version is one that has not read it yet, as a new
+            # DataLoader worker, epoch or run (a worker gets its reader pickled).
+            reader = pickle.loads(pickle.dumps(reader))
         with pytest.raises(ObjectChanged) as refused:
             reader.read(0, *span)
     finally:
@@ -39,3 +45,42 @@ def test_a_map_reader_refuses_an_object_replaced_mid_run_in_one_line(kind, range
     assert len(message.splitlines()) == 1
     assert f"s3://{bucket}/own/train-000000.tar was replaced: this run reads ETag {etag}" in message
     assert f"resnet.py index s3://{bucket}/own/" in message
+
+
+READS_EACH = 3
+
+
+@pytest.mark.parametrize("ranged", [True, False], ids=["shard-range", "whole-object"])
+def test_s3io_checks_each_objects_version_once_per_process_not_once_per_read(ranged, local_s3, tmp_path):
+    """One HEAD per object per process (issue 40, 2.3): the version check used to be a HEAD after every GET (two
+    requests per sample), and a range reader of the connector sends a HEAD of its own before each GET to learn the
+    size.  Counted at a real logging proxy (nginx) in front of the session's SeaweedFS, as S3 would bill them; a
+    copy of the reader made for a DataLoader worker (pickled) is another process: it checks once more."""
+    from request_log import logged_store
+
+    from mountctl.s3 import client as s3_client
+
+    with logged_store(local_s3, str(tmp_path), files=4, size=64 * 1024, latency_ms=1.0) as store:
+        direct = s3_client(local_s3.settings(direct=True))
+        etags = [direct.head_object(Bucket=store.bucket, Key=f"imgs/{name}")["ETag"] for name in store.names]
+        reader = S3IOSource(store.uri, store.settings).map_reader(store.names, ranged=ranged, etags=etags)
+        span = (100, 1000) if ranged else (None, None)
+        mark = store.mark()
+        for _ in range(READS_EACH):
+            for j in range(len(store.names)):
+                assert len(reader.read(j, *span)) == (1000 if ranged else 64 * 1024)
+        reads = READS_EACH * len(store.names)
+        store.settle(mark, "GET", reads)  # nginx logs a request once its answer is sent
+        counted = store.since(mark)
+        print(f"\n[s3io map reads, {'ranged' if ranged else 'whole'}] {reads} reads of {len(store.names)} objects: "
+              f"{dict(counted)}")
+        assert counted["GET"] == reads, counted
+        assert counted["HEAD"] == len(store.names), counted
+        worker = pickle.loads(pickle.dumps(reader))  # what a DataLoader worker gets
+        mark = store.mark()
+        for j in range(len(store.names)):
+            worker.read(j, *span)
+            worker.read(j, *span)
+        store.settle(mark, "GET", 2 * len(store.names))
+        counted = store.since(mark)
+        assert counted["GET"] == 2 * len(store.names) and counted["HEAD"] == len(store.names), counted

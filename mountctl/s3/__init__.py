@@ -17,6 +17,7 @@ from .objects import (
     list_objects,
     object_etag_now,
     object_exists,
+    object_head_now,
     object_size,
     object_size_now,
     plain_etag,
@@ -50,5 +51,5 @@ __all__ = [
     "list_object_sizes",
     "object_size",
     "object_exists", "object_size_now",
-    "plain_etag", "object_etag_now", "is_precondition_failed",
+    "plain_etag", "object_etag_now", "object_head_now", "is_precondition_failed",
 ]

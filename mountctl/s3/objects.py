@@ -17,7 +17,7 @@ from .settings import S3Settings
 
 __all__ = ["client", "short_client", "store_throttling", "is_not_found",
            "check_bucket_access", "ensure_bucket", "StoredObject", "list_objects", "list_object_sizes",
-           "object_size", "object_size_now", "object_exists", "plain_etag", "object_etag_now",
+           "object_size", "object_size_now", "object_exists", "plain_etag", "object_etag_now", "object_head_now",
            "is_precondition_failed"]
 
 
@@ -282,6 +282,13 @@ def object_etag_now(s3: Any, bucket: str, key: str) -> str | None:
     """
     head = _head_now(s3, bucket, key)
     return None if head is None else plain_etag(str(head.get("ETag", "")))
+
+
+def object_head_now(s3: Any, bucket: str, key: str) -> tuple[str, int] | None:
+    """The object's (ETag, size) now from one HEAD, or None only when the store answers that it has no such object;
+    raises while the store does not answer."""
+    head = _head_now(s3, bucket, key)
+    return None if head is None else (plain_etag(str(head.get("ETag", ""))), int(head["ContentLength"]))
 
 
 def is_precondition_failed(exc: BaseException | None) -> bool:

@@ -19,10 +19,16 @@ __all__ = ["S3IOSource", "s3io_source", "S3MapReader"]
 
 @dataclass
 class S3MapReader(PerProcessState):
-    """Map-style reads through s3torchconnector's ``S3MapDataset`` (one per process, made on first use).
+    """Map-style reads through s3torchconnector's client (one per process, made on first use).
 
     Whole objects through its sequential reader; ranges (``ranged``) through its range-based reader
     with no buffer, so each read is one ranged GET of exactly the sample's bytes.
+
+    Each object's version is checked once per process, at its first read there: one HEAD, compared with the
+    index's ETag (``etags``).  Its ETag and size are then handed to the connector with every later read, so that
+    its range reader does not send a HEAD of its own to learn the size: a sample costs one GET.  An object
+    replaced after a process's first read of it is not seen by that process (a new worker, epoch or run checks
+    again); the connector's GET takes no ``If-Match`` that would refuse it.
     """
 
     uris: tuple[str, ...]
@@ -34,47 +40,93 @@ class S3MapReader(PerProcessState):
     def __post_init__(self) -> None:
         self._credentials = Credentials(self.settings, "s3io")
         self._pid = 0
+        self._known: dict[int, Any] = {}  # object -> its ETag and size as this process checked them (the connector's)
 
-    def _objects(self) -> Any:
+    def _mine(self) -> None:
+        """After fork the parent's clients and checks are not this process's."""
         if self._pid != os.getpid():
-            self._credentials, self._pid = Credentials(self.settings, "s3io"), os.getpid()
-        return self._credentials.client("map", lambda settings: _map_dataset(self.uris, settings, self.ranged))
+            self._credentials, self._pid, self._known = Credentials(self.settings, "s3io"), os.getpid(), {}
 
     def read(self, j: int, offset: int | None = None, length: int | None = None) -> bytes:
-        def once() -> bytes:
-            reader = self._objects()[j]
-            try:
-                if offset is None or length is None:
-                    return bytes(reader.read())
-                reader.seek(offset)
-                return bytes(reader.read(length))
-            finally:
-                reader.close()
-
-        data = self._credentials.call(self.uris[j], once)
-        if self.etags is not None and self.etags[j] is not None:
-            self._check_version(j)
+        self._mine()
+        known = self._known.get(j)
+        pinned = self.etags is not None and self.etags[j] is not None
+        if known is None and offset is not None:
+            # A range needs the size first: one HEAD gives it and the version, and no GET of this process has
+            # read the object yet.
+            known = self._known[j] = self._head(j)
+        data = self._credentials.call(self.uris[j], lambda: self._get(j, known, offset, length))
+        if known is None:
+            # A whole object's first read: the HEAD comes after its bytes, so a version replaced before or during
+            # the read is seen (an index built with ``--read headers`` has no CRC that would catch it).
+            self._known[j] = self._head(j) if pinned else _object_info(None, len(data))
         return data
 
-    def _check_version(self, j: int) -> None:
-        """One HEAD after the GET: the connector's GET takes no If-Match and does not say which ETag it read.
-
-        Asked after the bytes arrived, so a version replaced before or during the read is seen (an index
-        built with ``--read headers`` has no CRC that would catch it).
-        """
+    def _get(self, j: int, known: Any, offset: int | None, length: int | None) -> bytes:
         bucket, _, key = self.uris[j][len("s3://"):].partition("/")
+        client = self._credentials.client("map", _connector_client)
+        reader = client.get_object(bucket, key, object_info=known, reader_constructor=_reader_constructor(self.ranged))
+        try:
+            if offset is None or length is None:
+                return bytes(reader.read())
+            reader.seek(offset)
+            return bytes(reader.read(length))
+        finally:
+            reader.close()
+
+    def _head(self, j: int) -> Any:
+        """One HEAD: the object's ETag, checked against the index's, and its size, for the connector's readers."""
+        bucket, _, key = self.uris[j][len("s3://"):].partition("/")
+        facts: list[tuple[str, int]] = []
+
+        def etag_now() -> str | None:
+            head = s3.object_head_now(self._credentials.client("head", s3.short_client), bucket, key)
+            facts[:] = [head] if head else []
+            return head[0] if head else None
+
         pin = VersionPin(self.uris[j], self.etags[j] if self.etags else None, remedy=reindex_hint(self.dataset_uri),
-                         etag_now=lambda: s3.object_etag_now(self._credentials.client("head", s3.short_client),
-                                                             bucket, key))
+                         etag_now=etag_now)
         if not self._credentials.call(self.uris[j], pin.verify):
             raise FileNotFoundError(f"{pin.uri} was deleted while it was being read; {pin.remedy}")
+        etag, size = facts[0]
+        return _object_info(etag, size)
+
+
+def _connector_client(settings: S3Settings) -> Any:
+    """s3torchconnector's client (what ``S3MapDataset`` reads through), which takes an object's facts with a read."""
+    from s3torchconnector._s3client import S3Client
+
+    options = settings.s3torch_options()
+    return S3Client(options["region"], endpoint=options["endpoint"], s3client_config=options["s3client_config"])
+
+
+def _reader_constructor(ranged: bool) -> Any:
+    from s3torchconnector import S3ReaderConstructor
+
+    return S3ReaderConstructor.range_based(buffer_size=0) if ranged else S3ReaderConstructor.sequential()
+
+
+@dataclass(frozen=True)
+class _ObjectInfo:
+    """What the connector's readers ask a HEAD for (its ``HeadObjectResult``'s fields; they read ``size``), known
+    without asking."""
+
+    etag: str
+    size: int
+    last_modified: int = 0
+    storage_class: str | None = None
+    restore_status: Any = None
+
+
+def _object_info(etag: str | None, size: int) -> _ObjectInfo:
+    return _ObjectInfo(f'"{etag}"' if etag else "", size)
 
 
 def _map_dataset(uris: Sequence[str], settings: S3Settings, ranged: bool) -> Any:
-    from s3torchconnector import S3MapDataset, S3ReaderConstructor
+    from s3torchconnector import S3MapDataset
 
-    constructor = S3ReaderConstructor.range_based(buffer_size=0) if ranged else S3ReaderConstructor.sequential()
-    dataset = S3MapDataset.from_objects(list(uris), reader_constructor=constructor, **settings.s3torch_options())
+    dataset = S3MapDataset.from_objects(list(uris), reader_constructor=_reader_constructor(ranged),
+                                        **settings.s3torch_options())
     len(dataset)  # resolves the object list once, before threads share it
     return dataset
 

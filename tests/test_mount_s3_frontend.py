@@ -22,9 +22,9 @@ from pathlib import Path
 
 import psutil
 import pytest
-from mountctl.backends import describe_mount_s3
-from mountctl.mounttable import read_mount_table
 
+from mountctl.mounts.backends import describe_mount_s3
+from mountctl.mounts.mounttable import read_mount_table
 from mountctl.programs import bundled_mount_s3
 from mountctl.s3 import S3Settings
 

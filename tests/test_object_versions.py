@@ -21,7 +21,7 @@ import pytest
 from mountctl import ObjectChanged, resolve
 from mountctl.pytorch.data.sources import open_source
 
-from conftest import require_fuse
+from conftest import missing, require_fuse
 
 SIZE = 32 * 1024 * 1024  # past every mount program's first read-ahead with the defaults below
 HALF = SIZE // 2
@@ -245,7 +245,6 @@ def test_read_ahead_through_mount_s3_never_serves_a_shard_replaced_after_it_was_
     from mountctl.mounts.backends import BACKENDS
     from mountctl.pytorch.data.manifest import load_manifest
 
-    from conftest import missing
     from torch_support import make_tiny_dataset
 
     require_fuse()

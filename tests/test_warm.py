@@ -19,6 +19,8 @@ from request_log import LoggedStore, logged_store, read_every_file
 from mountctl import Mount, MountSpec
 from mountctl.mounts.warm import Warmer, warm
 
+from conftest import missing
+
 FILES = 16
 SIZE = 64 * 1024
 
@@ -180,7 +182,6 @@ def test_a_list_mount_warms_the_listed_paths_under_the_directory_it_serves(store
     from mountctl.mounts.backends import BACKENDS
     from mountctl.s3 import client, list_objects
 
-    from conftest import missing
 
     if not BACKENDS["mount-s3"].available():
         missing("mount-s3 is not installed; `bash scripts/setup.sh` builds it")

@@ -14,6 +14,7 @@ from . import paths
 from .errors import MountctlError
 from .local_s3.server import sweep_stray_server_files
 from .mounts.backends import BACKENDS, MountS3
+from .mounts.backends.mount_s3 import sweep_manifest_stores
 from .mounts.fusectl import force_clear
 from .mounts.health import mount_health
 from .mounts.mounttable import find_mount, read_mount_table
@@ -108,6 +109,7 @@ def cleanup() -> CleanupReport:
         report.cleared.append(f"abandoned mount {mount_dir} ({record.uri})")
     report.cleared += sweep_abandoned_workdirs()
     report.cleared += [f"unused object list {path}" for path in sweep_unused_lists()]
+    report.cleared += sweep_manifest_stores()  # what an older mountctl's list mounts left in the temp dir
     report.cleared += [f"stray local S3 server file {path}" for path in sweep_stray_server_files()]
     managed = paths.managed_mounts_dir()
     for entry in read_mount_table():

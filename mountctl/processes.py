@@ -1,6 +1,7 @@
 """Is this process alive? A process is named by pid and start time, so a recycled pid never counts.
 
-Also how a child that leads its own process group is killed, so the group goes with it.
+Also how a child that leads its own process group is killed, so the group goes with it, and which files any
+process still uses (before one that may outlive its owner is removed).
 """
 
 from __future__ import annotations
@@ -8,9 +9,10 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["process_identity", "process_alive", "pid_running", "kill_group"]
+__all__ = ["process_identity", "process_alive", "pid_running", "kill_group", "paths_in_use"]
 
 
 def process_identity(pid: int | None = None) -> dict[str, Any]:
@@ -64,3 +66,31 @@ def kill_group(child: subprocess.Popen[bytes], wait_s: float) -> bool:
     except subprocess.TimeoutExpired:
         return False
     return True
+
+
+def paths_in_use(candidates: Iterable[str]) -> set[str]:
+    """Those of ``candidates`` (absolute paths of files or directories) that a live process uses: it has the file,
+    or a file under the directory, open.  Read from ``/proc/PID/fd`` only: never the files themselves, nor a
+    process's command line (reading that waits for its memory map, which a thread stuck in a FUSE page fault holds).
+    Processes this user may not look into count for nothing, so call it for paths only this user's processes can
+    use (under a private directory of its own)."""
+    wanted = {os.path.normpath(path) for path in candidates}
+    found: set[str] = set()
+
+    def note(seen: str) -> None:
+        for path in wanted - found:
+            if seen == path or seen.startswith(path + "/"):
+                found.add(path)
+
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or found == wanted:
+            continue
+        try:
+            for fd in os.listdir(f"/proc/{entry}/fd"):
+                try:
+                    note(os.readlink(f"/proc/{entry}/fd/{fd}").removesuffix(" (deleted)"))
+                except OSError:  # closed meanwhile
+                    continue
+        except OSError:  # gone meanwhile, or not ours to look into
+            continue
+    return found

@@ -70,7 +70,9 @@ def _up(scope: str, stage: str) -> bool:
 # too), once the far proxy and a mount are up; SIGTERM (`kill`, `timeout`) reaches the bench alone, as early as
 # the embedded server is up, before any mount has been made.
 @pytest.mark.parametrize("signum, code, stage, group", [(signal.SIGINT, 130, "mount", True),
-                                                         (signal.SIGTERM, 143, "server", False)], ids=["INT", "TERM"])
+                                                         (signal.SIGTERM, 143, "server", False),
+                                                         (signal.SIGTERM, 143, "mount", False)],
+                         ids=["INT", "TERM-early", "TERM"])
 def test_an_interrupted_bench_leaves_no_server_proxy_or_mount_of_its_own(signum, code, stage, group, tmp_path):
     require_fuse()
     if find_nginx() is None:
@@ -117,6 +119,10 @@ def test_an_interrupted_bench_leaves_no_server_proxy_or_mount_of_its_own(signum,
             assert len(reports) == 1 and str(reports[0]) in lines[0], lines
             kept = json.loads(reports[0].read_text())
             assert kept["interrupted"] is True and kept["cells"] and kept["cells_planned"] > len(kept["cells"])
+            # Each kept cell names its store, the one under way when the run stopped too: the report's tables
+            # are by store (without it the far limit's row left the side-by-side table).
+            assert all(c.get("store") == "far" for c in kept["cells"]), [(c["cell"], c.get("store")) for c in
+                                                                        kept["cells"]]
             assert "Interrupted" in reports[0].with_suffix(".md").read_text()
         else:
             assert not reports, "a report was written but the line does not say so"

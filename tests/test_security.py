@@ -204,14 +204,40 @@ def test_another_user_gets_no_admin_interface(local_s3, bucket, other_user):
     assert s3_client(local_s3.settings(direct=True)).head_bucket(Bucket=bucket)
 
 
-def test_weeds_unix_sockets_are_closed_to_another_user(local_s3, other_user):
+@pytest.fixture(params=["state-dir", "deep-state-dir"])
+def socket_server(request, local_s3, tmp_path):
+    """The session's server (its sockets in its state dir), and one whose state dir is too deep for a unix socket's
+    path: its filer and S3 sockets move to a private directory of this user's in the temp dir.  The session's never
+    moves (its home is short), so without the second the moved sockets would never be checked at all."""
+    if request.param == "state-dir":
+        yield local_s3
+        return
+    from mountctl.local_s3.server import LocalS3
+
+    server = LocalS3(str(tmp_path / ("d" * 60) / ("e" * 60) / "local-s3"))
+    server.start(buckets=("deep",))
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def test_weeds_unix_sockets_are_closed_to_another_user(socket_server, other_user):
     """weed also serves gRPC on unix sockets in /tmp, and filer and S3 on ours: none may let another user connect."""
-    ports = _ports(local_s3).values()
+    ports = _ports(socket_server).values()
     # filer and S3 bind ours, in the state dir or (a state dir too deep for a socket path) a private dir in /tmp:
     # wherever they are, both must exist and be checked, never dropped from the list.
-    ours = local_s3.sockets()
+    ours = socket_server.sockets()
+    given = [arg.split("=", 1)[1] for arg in psutil.Process(socket_server.status().pid).cmdline()
+             if arg.startswith(("-filer.localSocket=", "-s3.localSocket="))]
+    assert sorted(ours) == sorted(given), f"weed was told {given}, the server says {ours}"
     missing_ours = [path for path in ours if not os.path.exists(path)]
     assert not missing_ours, f"weed's own sockets are not where the server put them: {missing_ours}"
+    if not ours[0].startswith(socket_server.dir + os.sep):  # moved: into a private directory of this user's
+        for folder in {os.path.dirname(path) for path in ours}:
+            info = os.lstat(folder)
+            assert os.path.basename(folder).startswith(f"mountctl-{os.getuid()}-"), folder
+            assert info.st_uid == os.getuid() and info.st_mode & 0o777 == 0o700, (folder, oct(info.st_mode))
     grpc = [path for port in ports for path in glob.glob(f"/tmp/seaweedfs-*-grpc-{port + GRPC_OFFSET}.sock")]
     assert grpc, "weed made no gRPC socket in /tmp"
     sockets = ours + grpc

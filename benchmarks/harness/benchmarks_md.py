@@ -61,7 +61,8 @@ class Run:
 
 
 def find_runs(dirs: list[str]) -> list[Run]:
-    """Every report JSON directly under each of ``dirs`` (``--out`` of a bench run)."""
+    """Every report JSON directly under each of ``dirs`` (``--out`` of a bench run), but a run stopped by a signal
+    (``interrupted``: only some of its cells) never stands for its suite."""
     runs = []
     for folder in dirs:
         if not os.path.isdir(folder):
@@ -73,7 +74,9 @@ def find_runs(dirs: list[str]) -> list[Run]:
                               "give the --out directory of a `resnet.py bench` run")
         for kind, path in found:
             with open(path, encoding="utf-8") as f:
-                runs.append(Run(kind, path, json.load(f)))
+                result = json.load(f)
+            if not result.get("interrupted"):
+                runs.append(Run(kind, path, result))
     return runs
 
 

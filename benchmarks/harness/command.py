@@ -109,6 +109,10 @@ def bench_config(args: argparse.Namespace) -> Any:
     from benchmarks.harness.stores import far_profile
 
     far_profile(args.far_latency_ms, args.far_rate_mb_s)  # a bad latency or rate fails here, in every suite
+    if args.from_index and args.source_kind is None:
+        raise InvalidSpec("--from-index applies to one source kind's loader (--source-kind mountpoint); the sweep "
+                          "measures mount-s3 mounted from the index as a route of its own (mountpoint/mount-s3+index)"
+                          ": drop --from-index")
     if args.suite == "mlperf":
         from benchmarks.harness.mlperf import MlperfConfig
 

@@ -349,6 +349,7 @@ def run_sweep(config: SweepConfig, *, settings: S3Settings | None = None) -> dic
     with tqdm(total=total, unit="cell", desc="bench", disable=not config.progress) as bar:
         run = _Run(config, settings, bar)
         run.peer_markers, run.peer_train = peer_markers, peer_train
+        store = stores[0]
         try:
             for store in stores:
                 first, began = len(run.cells), time.perf_counter()
@@ -367,6 +368,8 @@ def run_sweep(config: SweepConfig, *, settings: S3Settings | None = None) -> dic
             # Ctrl-C or SIGTERM: what was started is stopped by the ``with`` blocks above; the cells measured so far
             # ride on the exception to ``command``, which writes them, marked as interrupted, before it exits.
             if run.cells:
+                for row in run.cells:  # the store under way names its cells too: the report's tables are by store
+                    row.setdefault("store", store)
                 result["interrupted"] = True
                 stop.partial_result = _finish(result, run.cells, config, total, started)  # type: ignore[union-attr]
             raise

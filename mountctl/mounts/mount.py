@@ -40,10 +40,12 @@ from ..s3.objects import store_throttling
 from ..teardown import spawn_with_parent_death_signal, track, untrack
 from . import scratch
 from .backends import BACKENDS, Backend, choose_backend
+from .backends.mount_s3 import sweep_manifest_stores
 from .cache import CachePlan, plan_cache, prepare_mount_cache, remove_mount_cache
 from .fusectl import force_clear, unmount
 from .health import AuthWatch, Health, mount_health
 from .mounttable import MountEntry, find_mount, read_mount_table
+from .object_list import sweep_unused_lists
 from .probe import probe_path
 from .spec import MountSpec
 from .warm import Warmer, WarmReport, cache_budget_bytes, read_listing
@@ -175,6 +177,7 @@ class Mount:
         self.memory_mb: int | None = spec.memory_mb  # the bound the program runs with (a program's least, say)
         self.memory_note = ""  # why that differs from what the spec asked ("" when it does not)
         self._created_dir = False
+        self._objects_fd: int | None = None  # the object list, held open while the mount runs: in use, not swept
         self._preflight = preflight
         self._watchdog_enabled = watchdog
         self._watchdog_interval_s = watchdog_interval_s
@@ -254,7 +257,10 @@ class Mount:
             if self.memory_note:
                 log.warning("%s: %s", self.path, self.memory_note)
             warm_list = read_listing(self.spec.warm) if self.spec.warm else None  # a bad list fails here, early
+            self._hold_object_list()
             scratch.sweep_abandoned_workdirs()
+            for swept in sweep_unused_lists() + sweep_manifest_stores():  # what mounts killed with SIGKILL left
+                log.info("swept %s", swept)
             log.info("mounting %s at %s with %s", self.spec.uri, self.path, self._backend.name)
             self._created_dir = check_mount_dir(self.spec, self._guard)
             try:
@@ -555,7 +561,18 @@ class Mount:
         if find_mount(self.path) is not None:
             force_clear(self.path)
 
+    def _hold_object_list(self) -> None:
+        """Keep the object list open while the mount runs, so that no sweep takes it (a remount reads it again)."""
+        if self.spec.objects and self._objects_fd is None:
+            try:
+                self._objects_fd = os.open(self.spec.objects, os.O_RDONLY | os.O_CLOEXEC)
+            except OSError:
+                pass  # a missing list is named by the backend's own check, with what to do
+
     def _cleanup_files(self) -> None:
+        fd, self._objects_fd = self._objects_fd, None
+        if fd is not None:
+            os.close(fd)
         workdir, self._workdir = self._workdir, None
         if workdir:
             scratch.remove_workdir(workdir)

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from ..errors import InvalidSpec
 from ..paths import private_dir, write_private
+from ..processes import paths_in_use
 
 __all__ = ["ListedObject", "write_object_list", "read_object_list", "key_problem", "sweep_unused_lists"]
 
@@ -97,7 +98,9 @@ def write_object_list(objects: Iterable[ListedObject]) -> str:
         raise InvalidSpec("an object list needs at least one object")
     _check_all([(0, obj) for obj in ordered], "object list")
     path = os.path.join(private_dir("objects"), hashlib.sha256(text.encode()).hexdigest()[:32] + ".tsv")
-    if not os.path.exists(path):
+    try:
+        os.utime(path)  # asked for again: the sweep's grace starts anew
+    except FileNotFoundError:
         write_private(path, text)
     return path
 
@@ -147,30 +150,32 @@ UNUSED_LIST_AGE_S = 3600.0
 
 
 def sweep_unused_lists(min_age_s: float = UNUSED_LIST_AGE_S) -> list[str]:
-    """Remove the lists under ``$MOUNTCTL_HOME/objects/`` that no running mount program names and that are older
-    than ``min_age_s``; return what was removed (``mountctl cleanup``).
+    """Remove the lists under ``$MOUNTCTL_HOME/objects/`` that no live process uses and that were not written or
+    asked for in the last ``min_age_s``; return what was removed (``mountctl cleanup``, and each mount's start).
 
     A list is written once per dataset and kept for the mounts that name it (a remount reads it again); nothing
-    removed one whose mount was killed, so they piled up. In use is judged from the processes themselves: a
-    mount-s3 serving a list carries its path on its command line."""
-    import psutil
-
+    removed one whose mount was killed, so they piled up. In use is judged from the processes' open files: a
+    ``Mount`` (a supervisor, or an in-process mount) holds its list open while the mount lives, also between a
+    killed program and its remount, when no program names it; ``write_object_list`` touches a list it finds, so
+    one about to be mounted again is young."""
     folder = private_dir("objects")
-    in_use: set[str] = set()
-    for process in psutil.process_iter(["cmdline", "uids"]):
-        try:
-            if process.info["uids"] is not None and process.info["uids"].real != os.getuid():
-                continue
-            in_use.update(arg for arg in process.info["cmdline"] or () if arg.startswith(folder + os.sep))
-        except psutil.Error:
-            continue
-    removed = []
     now = time.time()
+    old = []
     for name in sorted(os.listdir(folder)):
         path = os.path.join(folder, name)
         try:
-            if not name.endswith(".tsv") or path in in_use or now - os.stat(path).st_mtime < min_age_s:
-                continue
+            if name.endswith(".tsv") and now - os.stat(path).st_mtime >= min_age_s:
+                old.append(path)
+        except OSError:
+            continue
+    if not old:
+        return []
+    used = paths_in_use(old)
+    removed = []
+    for path in old:
+        if path in used:
+            continue
+        try:
             os.unlink(path)
         except OSError:
             continue

@@ -40,3 +40,12 @@ def test_a_suite_config_refuses_a_store_it_does_not_know():
     for config in (MlperfConfig, NodeScaleConfig):
         with pytest.raises(InvalidSpec, match="--store must be one of local, far, both, not None"):
             config(uri="s3://bucket/p/", store=None)  # type: ignore[arg-type]
+
+
+def test_from_index_in_a_sweep_is_refused_in_the_dry_run():
+    """A sweep (no --source-kind) ignored --from-index in silence (issue 40, 2.7): it measures mount-s3 mounted from
+    the index as a route of its own, so the flag is refused there in one line."""
+    with pytest.raises(InvalidSpec, match="mount-s3\\+index") as refused:
+        configure(["bench", "--from-index"])
+    assert len(str(refused.value).splitlines()) == 1
+    assert configure(["bench", "s3://bucket/p/", "--source-kind", "mountpoint", "--from-index"])[1].from_index

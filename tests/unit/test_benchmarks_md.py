@@ -197,3 +197,17 @@ def test_the_64_reader_section_shows_the_newest_node_run_of_each_object_size(tmp
         for cell in result["cells"]:
             row = f"| {cell['store']} | mountpoint/{cell['program']}"
             assert any(line.startswith(row) and f"64 x {size} MiB objects" in line for line in _tables(limits)), row
+
+
+def test_a_run_stopped_by_a_signal_never_stands_for_its_suite(result, tmp_path):
+    """An interrupted run's report holds only the cells it measured (issue 40, section 3): newer or not, the page
+    is made from the complete run beside it."""
+    run = tmp_path / "runs"
+    shutil.copytree(RUN, run)
+    partial = {**result, "started": "2099-01-01T00:00:00+00:00", "cells": result["cells"][:2], "interrupted": True}
+    (run / "bench-2099-01-01T000000Z.json").write_text(json.dumps(partial))
+    for checkout in ("alone", "beside"):
+        (tmp_path / checkout / "docs").mkdir(parents=True)
+    write_pages([str(RUN)], str(tmp_path / "alone"))
+    write_pages([str(run)], str(tmp_path / "beside"))
+    assert (tmp_path / "beside" / "BENCHMARKS.md").read_text() == (tmp_path / "alone" / "BENCHMARKS.md").read_text()

@@ -5,11 +5,16 @@ AWS's own mount-s3 where installed, else mountctl's build on AWS's crates (``mou
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
+import stat
+import tempfile
+import time
 
 from ...errors import BackendNotFound
+from ...processes import paths_in_use
 from ...programs import bundled_mount_s3
 from ...s3 import S3Settings
 from ..mounttable import MountEntry
@@ -18,7 +23,7 @@ from ..spec import MountSpec
 from .base import Backend, cache_plan, flag_value, ownership_flags, set_flag
 
 __all__ = ["MountS3", "mount_s3_memory_flags", "describe_mount_s3", "mount_s3_takes_read_part_size",
-           "MOUNT_S3_MIN_MEMORY_MB", "MOUNT_S3_READ_PART_BYTES", "WHOLE_FILE_FIRST_GET"]
+           "MOUNT_S3_MIN_MEMORY_MB", "MOUNT_S3_READ_PART_BYTES", "WHOLE_FILE_FIRST_GET", "sweep_manifest_stores"]
 
 MOUNT_S3_MIN_MEMORY_MB = 512  # mountpoint-s3-fs's MINIMUM_MEM_LIMIT, the least --memory-target it takes
 MOUNT_S3_READ_PART_BYTES = 5 * 1024 * 1024  # the least part size mountpoint-s3-client takes
@@ -28,6 +33,10 @@ MOUNT_S3_READ_PART_BYTES = 5 * 1024 * 1024  # the least part size mountpoint-s3-
 # (docs/mount-s3.md "Tuned on the far store"); a random 110 KB read would wait 97 against 35 ms, hence only there.
 WHOLE_FILE_FIRST_GET = 16 * 1024 * 1024
 _READ_PART_SIZE_SINCE = (1, 8, 0)  # the first AWS mount-s3 release with --read-part-size
+# Where our mount-s3 keeps a list mount's SQLite store (mount-s3/src/manifest.rs): a directory in its $TMPDIR,
+# removed only when the program exits cleanly.  A store this young may belong to a program still opening it.
+_MANIFEST_STORE_PREFIX = "mount-s3-manifest-"
+_MANIFEST_STORE_GRACE_S = 60.0
 
 
 class MountS3(Backend):
@@ -74,7 +83,7 @@ class MountS3(Backend):
             # swept by `mountctl cleanup` once the owner is gone), and a remount clears what a killed one left.
             tmp = os.path.join(workdir, "tmp")
             for name in os.listdir(tmp) if os.path.isdir(tmp) else ():
-                if name.startswith("mount-s3-manifest-"):
+                if name.startswith(_MANIFEST_STORE_PREFIX):
                     shutil.rmtree(os.path.join(tmp, name), ignore_errors=True)
             os.makedirs(tmp, mode=0o700, exist_ok=True)
             env["TMPDIR"] = tmp
@@ -167,3 +176,28 @@ def mount_s3_memory_flags(argv: list[str], memory_mb: int | None) -> list[str]:
     if not memory_mb:
         return argv
     return set_flag(argv, "--memory-target", str(max(memory_mb, MOUNT_S3_MIN_MEMORY_MB)))
+
+
+def sweep_manifest_stores(folder: str | None = None) -> list[str]:
+    """Remove the list-mount stores (``mount-s3-manifest-*``) of this user that no live process has open, from
+    ``folder`` (default: the temporary directory, where mount-s3 kept them before mountctl gave it a directory
+    of its mount's own); one line per store removed."""
+    folder = folder or tempfile.gettempdir()
+    found = []
+    with contextlib.suppress(OSError):
+        for name in os.listdir(folder):
+            path = os.path.join(folder, name)
+            with contextlib.suppress(OSError):
+                info = os.lstat(path)
+                if (name.startswith(_MANIFEST_STORE_PREFIX) and stat.S_ISDIR(info.st_mode)
+                        and info.st_uid == os.getuid() and time.time() - info.st_mtime > _MANIFEST_STORE_GRACE_S):
+                    found.append(path)
+    if not found:
+        return []
+    used = paths_in_use(found)
+    removed = []
+    for path in found:
+        if path not in used:
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(f"mount-s3 list store {path} (no mount uses it)")
+    return removed

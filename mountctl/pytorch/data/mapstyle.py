@@ -9,24 +9,26 @@ samples.  It works with any sampler (``shuffle=True``, ``DistributedSampler``,
 ``ExactlyOnceBatchSampler``) and any number of workers.
 
 Read-ahead: ``__getitems__`` (what a DataLoader calls with a whole batch of
-indices) fetches the batch's objects from a thread pool, at most
-``readahead_threads`` at once and at most ``readahead_bytes`` fetched but not
-yet decoded, decoding each as soon as it is its turn; so one object's latency
-overlaps the others' instead of adding up.  ``readahead_threads=0`` reads one
-at a time.
+indices) fetches the batch's objects on threads, at most ``readahead_threads``
+at once and at most ``readahead_bytes`` fetched but not yet decoded, decoding
+each as soon as it is its turn; so one object's latency overlaps the others'
+instead of adding up.  ``readahead_threads=0`` reads one at a time.
+
+Every read runs on a daemon thread of its own (``_BoundedReads``), waited for
+at most ``FETCH_TIMEOUT_S``: a read that hangs in a wedged mount is abandoned
+there, gives up its place among the ``readahead_threads``, and holds up neither
+the reads after it nor the interpreter's exit.
 """
 
 from __future__ import annotations
 
 import collections
-import concurrent.futures
 import os
-import queue
 import threading
 import zlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
 import torch
 from torch.utils.data import Dataset
@@ -41,6 +43,8 @@ __all__ = ["MapSampleDataset", "SampleRef", "ObjectReader", "image_folder", "col
 
 FETCH_TIMEOUT_S = 300.0  # a bound on any one object's read
 JPEG_MAGIC = b"\xff\xd8\xff"
+
+T = TypeVar("T")
 
 
 class ObjectReader(Protocol):
@@ -114,7 +118,7 @@ class MapSampleDataset(Dataset):
         self.classes = list(classes)
         self.fix_hint = fix_hint or remake_hint(uri)  # what to run when an object no longer matches the index
         self.class_to_idx = {name: i for i, name in enumerate(self.classes)}
-        self._pool: _DaemonThreads | None = None
+        self._pool: _BoundedReads | None = None
         self._pool_pid = 0
 
     @classmethod
@@ -198,22 +202,11 @@ class MapSampleDataset(Dataset):
                             "check the source (`mountctl status` for a mount)")
 
     def _fetch_bounded(self, ref: SampleRef) -> bytes:
-        """``_fetch`` on a pool thread this one can walk away from: a read blocked in a hung mount never holds
-        the caller (with no DataLoader worker, the training loop itself)."""
-        # A daemon thread of its own per read: a read that never returns is abandoned there, so the next read does
-        # not queue behind it, and the interpreter does not wait for it at exit (a pool's workers are joined then).
-        future: concurrent.futures.Future[bytes] = concurrent.futures.Future()
-
-        def read() -> None:
-            try:
-                future.set_result(self._fetch(ref))
-            except BaseException as exc:  # noqa: BLE001  handed to the caller, which raises it
-                future.set_exception(exc)
-
-        threading.Thread(target=read, name="mountctl-bounded-read", daemon=True).start()
+        """``_fetch`` on a daemon thread this one can walk away from: a read blocked in a hung mount never holds
+        the caller (with no DataLoader worker, the training loop itself), the next read, or the exit."""
         try:
-            return future.result(timeout=FETCH_TIMEOUT_S)
-        except concurrent.futures.TimeoutError:
+            return self._threads().submit(self._fetch, ref).result(FETCH_TIMEOUT_S)
+        except _NoAnswer:
             raise self._no_answer(ref) from None
 
     def __getitem__(self, item: Any) -> tuple[Any, ...]:
@@ -221,9 +214,9 @@ class MapSampleDataset(Dataset):
         ref = self.refs[index]
         return self._sample(ref, self._fetch_bounded(ref), epoch)
 
-    def _threads(self) -> _DaemonThreads:
-        if self._pool is None or self._pool_pid != os.getpid():
-            self._pool = _DaemonThreads(max(1, self.readahead_threads), "mountctl-readahead")
+    def _threads(self) -> _BoundedReads:
+        if self._pool is None or self._pool_pid != os.getpid():  # after fork: the parent's reads are not ours
+            self._pool = _BoundedReads(max(1, self.readahead_threads))
             self._pool_pid = os.getpid()
         return self._pool
 
@@ -231,25 +224,28 @@ class MapSampleDataset(Dataset):
         """Fetch in parallel (bounded in threads and bytes), decode in order."""
         pool = self._threads()
         wanted = [(_split(item), self.refs[_split(item)[0]]) for item in items]
-        pending: collections.deque[tuple[concurrent.futures.Future[bytes], SampleRef, int | None, int]] = (
-            collections.deque())
+        pending: collections.deque[tuple[_Read[bytes], SampleRef, int | None, int]] = collections.deque()
         in_flight, following = 0, 0
-        while following < len(wanted) or pending:
-            while following < len(wanted) and len(pending) < 2 * self.readahead_threads:
-                (_, epoch), ref = wanted[following]
-                size = ref.length or ref.jpg_size
-                if pending and in_flight + size > self.readahead_bytes:
-                    break
-                pending.append((pool.submit(self._fetch, ref), ref, epoch, size))
-                in_flight += size
-                following += 1
-            future, ref, epoch, size = pending.popleft()
-            try:
-                data = future.result(timeout=FETCH_TIMEOUT_S)
-            except concurrent.futures.TimeoutError:
-                raise self._no_answer(ref) from None
-            in_flight -= size
-            yield self._sample(ref, data, epoch)
+        try:
+            while following < len(wanted) or pending:
+                while following < len(wanted) and len(pending) < 2 * self.readahead_threads:
+                    (_, epoch), ref = wanted[following]
+                    size = ref.length or ref.jpg_size
+                    if pending and in_flight + size > self.readahead_bytes:
+                        break
+                    pending.append((pool.submit(self._fetch, ref), ref, epoch, size))
+                    in_flight += size
+                    following += 1
+                future, ref, epoch, size = pending.popleft()
+                try:
+                    data = future.result(FETCH_TIMEOUT_S)
+                except _NoAnswer:
+                    raise self._no_answer(ref) from None
+                in_flight -= size
+                yield self._sample(ref, data, epoch)
+        finally:  # a batch that failed leaves its other reads behind: none may hold a place the next batch needs
+            for future, *_ in pending:
+                future.abandon()
 
     def __getitems__(self, items: Sequence[Any]) -> list[tuple[Any, ...]]:
         if self.readahead_threads <= 0 or len(items) <= 1:
@@ -257,32 +253,73 @@ class MapSampleDataset(Dataset):
         return list(self._read_ahead(items))
 
 
-class _DaemonThreads:
-    """The read-ahead's threads, as daemons: a read blocked in a hung mount is abandoned at its bound, never joined.
+class _NoAnswer(Exception):
+    """A read gave nothing within its bound (not the read's own errors, a socket's TimeoutError among them)."""
 
-    Not ``ThreadPoolExecutor``: the interpreter joins its workers at exit, so one read that never returned made the
-    process hang when it ended."""
 
-    def __init__(self, threads: int, name: str) -> None:
-        self._jobs: queue.SimpleQueue[tuple[concurrent.futures.Future[Any], Callable[..., Any], tuple[Any, ...]]] = (
-            queue.SimpleQueue())
-        for number in range(threads):
-            threading.Thread(target=self._serve, name=f"{name}-{number}", daemon=True).start()
+class _Read(Generic[T]):
+    """One read on a daemon thread of its own; ``result`` waits for it with a bound, and walks away after it.
 
-    def submit(self, fn: Callable[..., Any], *args: Any) -> concurrent.futures.Future[Any]:
-        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
-        self._jobs.put((future, fn, args))
-        return future
+    Not a pool's worker: the interpreter joins those at exit, and a fixed number of them ends up each holding a read
+    that never returned, with every later read queued behind them."""
 
-    def _serve(self) -> None:
-        while True:
-            future, fn, args = self._jobs.get()
-            if not future.set_running_or_notify_cancel():
-                continue
-            try:
-                future.set_result(fn(*args))
-            except BaseException as exc:  # noqa: BLE001  handed to whoever waits on the future
-                future.set_exception(exc)
+    def __init__(self, fn: Callable[[], T], places: threading.Semaphore) -> None:
+        self._fn = fn
+        self._places = places
+        self._lock = threading.Lock()
+        self._holding = False  # it holds one of the places (it is reading)
+        self._abandoned = False
+        self._done = threading.Event()
+        self._value: Any = None
+        self._error: BaseException | None = None
+        threading.Thread(target=self._run, name="mountctl-map-read", daemon=True).start()
+
+    def _run(self) -> None:
+        self._places.acquire()
+        with self._lock:
+            if self._abandoned:  # walked away from before it began: give the place back, read nothing
+                self._places.release()
+                return
+            self._holding = True
+        try:
+            self._value = self._fn()
+        except BaseException as exc:  # noqa: BLE001  handed to the caller, which raises it
+            self._error = exc
+        finally:
+            self._give_back()
+            self._done.set()
+
+    def _give_back(self) -> None:
+        with self._lock:
+            if self._holding:
+                self._holding = False
+                self._places.release()
+
+    def result(self, timeout_s: float) -> T:
+        """The read's bytes; ``_NoAnswer`` when it gave nothing within ``timeout_s`` (it is then abandoned)."""
+        if not self._done.wait(timeout_s):
+            self.abandon()
+            raise _NoAnswer(f"no answer within {timeout_s:g}s")
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+    def abandon(self) -> None:
+        """Walk away: its thread stays blocked until the mount answers, holding no place and nothing in use."""
+        with self._lock:
+            self._abandoned = True
+        self._give_back()
+
+
+class _BoundedReads:
+    """At most ``limit`` reads at once, each on a daemon thread of its own (``_Read``); an abandoned read frees its
+    place at once, so reads that hang never fill the places the next reads need."""
+
+    def __init__(self, limit: int) -> None:
+        self._places = threading.Semaphore(max(1, limit))
+
+    def submit(self, fn: Callable[..., T], *args: Any) -> _Read[T]:
+        return _Read(lambda: fn(*args), self._places)
 
 
 def collate(samples: Sequence[tuple[Any, ...]]) -> dict[str, Any]:

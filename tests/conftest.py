@@ -50,6 +50,11 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 # every child the default back (a handled signal is reset at exec; an ignored one is not).
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
+# Likewise SIGHUP: a suite started under `nohup` starts with SIGHUP ignored, every child inherits that, and mountctl
+# leaves an ignored SIGHUP alone (as nohup asks), so the owner-signal tests' SIGHUP went unheard and they timed out.
+# A handler here is reset to the default in each child at exec; this process still outlives a hangup, as asked.
+if signal.getsignal(signal.SIGHUP) is signal.SIG_IGN:
+    signal.signal(signal.SIGHUP, lambda signum, frame: None)
 
 from mountctl.local_s3.server import LocalS3  # noqa: E402
 from mountctl.mounts.backends import BACKENDS  # noqa: E402

@@ -191,9 +191,16 @@ OWNER = textwrap.dedent("""
 """)
 
 
+def _default_hangup() -> None:
+    """The owner starts as from a terminal, with SIGHUP at its default: an ignored SIGHUP (a suite run under
+    nohup, or one a library in this worker set) is inherited across exec, and mountctl rightly leaves it ignored,
+    so the SIGHUP case waited out its timeout in two full CI runs of this session."""
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
+
 def _start_owner(uri: str, directory: str, shared: bool) -> tuple[subprocess.Popen, int]:
     owner = subprocess.Popen([sys.executable, "-c", OWNER, uri, directory, "1" if shared else "0"],
-                             stdout=subprocess.PIPE, text=True)
+                             stdout=subprocess.PIPE, text=True, preexec_fn=_default_hangup)
     line = owner.stdout.readline()
     assert line.startswith("ready"), f"owner did not mount: {line!r}"
     return owner, int(line.split()[1])

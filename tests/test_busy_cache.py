@@ -5,7 +5,7 @@ none, so when a probe timed out under load the watchdog judged it wedged and kil
 empties its cache at every mount).  Everything here is real: the session's SeaweedFS behind a real nginx proxy
 (the store), mountctl's mount-s3 with its data cache, readers in this process, and a slow cache disk made with the
 kernel's own block I/O throttle: the mount program alone is put in a blkio cgroup that lets it read the disk
-holding its cache at 256 KiB/s, and the cache's pages are dropped from the page cache, so each of its reads waits
+holding its cache at 1 MiB/s, and the cache's pages are dropped from the page cache, so each of its reads waits
 on the disk.  The store is then stopped (SIGSTOP of the proxy: connections stay open, nothing answers), so the
 probe's lookup of a name that cannot exist gets no answer and nothing comes over TCP: the program's only work is
 reading its cache for the readers, which still get their bytes.
@@ -35,7 +35,10 @@ from conftest import make_bucket, missing, remove_bucket, require_fuse
 
 FILES = 8
 SIZE = 4 << 20
-THROTTLE_BYTES_S = 256 << 10
+# mount-s3 reads a whole 1 MiB cache block before it answers; 16 threads share the throttle, so a block takes about
+# 16 s at 1 MiB/s (at 256 KiB/s a minute, which left CI's readers with nothing in the 6 s it once waited).
+THROTTLE_BYTES_S = 1 << 20
+SERVED_WITHIN_S = 90
 READERS = 24  # more than mount-s3's 16 FUSE threads: the probe waits behind readers, as under load
 _BLKIO = "/sys/fs/cgroup/blkio"
 
@@ -171,14 +174,18 @@ def test_a_mount_reading_its_cache_from_a_slow_disk_is_busy_and_not_remounted(lo
             stopped, served_before = True, sum(done)
             time.sleep(1)
             health = mount_health(mount.path, BACKENDS["mount-s3"], pid, 2.0)
-            time.sleep(6)  # the watchdog checks every second meanwhile
+            watched_until = time.monotonic() + 6  # the watchdog checks every second meanwhile, for 6 s at least
+            deadline = time.monotonic() + SERVED_WITHIN_S
+            while (time.monotonic() < watched_until or sum(done) == served_before) and not errors \
+                    and time.monotonic() < deadline:
+                time.sleep(0.2)
             served = sum(done) - served_before
             events = [(e["event"], e["detail"]) for e in mount.events]
             print(f"\n[slow cache disk, store stopped] {health.state}: {health.error}; readers got {served} bytes "
                   f"from the cache with the store stopped; "
                   f"events: {[kind for kind, _ in events]}")
             assert not errors, (errors[:2], events)
-            assert served > 0, "the readers got nothing from the cache once the store stopped"
+            assert served > 0, f"the readers got nothing from the cache in the {SERVED_WITHIN_S} s after the store stopped"
             assert health.state == "busy", health
             assert "its disk" in health.error, health.error
             assert mount.restarts == 0 and mount.pid == pid, events

@@ -68,10 +68,14 @@ def _parser() -> argparse.ArgumentParser:
     m.add_argument("--no-watchdog", action="store_true", help="do not remount automatically")
     m.add_argument("--extra-arg", action="append", default=[], metavar="ARG",
                    help="pass ARG to the mount program as is (repeatable)")
-    m.add_argument("--warm", nargs="?", const="all", metavar="LIST",
-                   help="once mounted, read files into the cache in the background, ahead of the loader: every "
-                        "file (no LIST, or 'all') or those listed in the file LIST, one path per line relative "
-                        "to the prefix; needs --cache-dir; only what fits the cache")
+    warm = m.add_mutually_exclusive_group()
+    warm.add_argument("--warm", nargs="?", const="all", metavar="LIST",
+                      help="once mounted, read files into the cache in the background, ahead of the loader: every "
+                           "file (no LIST, or 'all') or those listed in the file LIST, one path per line relative "
+                           "to the prefix; needs --cache-dir; only what fits the cache.  Without it a mount-s3 "
+                           "mount with --cache-dir warms the whole tree when all of it fits the cache, else nothing")
+    warm.add_argument("--no-warm", dest="warm", action="store_const", const="off",
+                      help="no warm at all, not even mount-s3's automatic one")
     m.add_argument("--objects", metavar="LIST",
                    help="serve exactly the objects in the file LIST (one key<TAB>etag<TAB>size line each, keys "
                         "relative to the prefix): no LIST or HEAD when a file is opened, each read pinned to its ETag; "
@@ -160,7 +164,7 @@ def _mount_spec(args: argparse.Namespace) -> MountSpec:
     )
     if args.extra_arg and args.backend == "auto":
         raise MountctlError("--extra-arg needs an explicit --backend: the arguments differ per program")
-    if args.warm and not args.cache_dir:
+    if args.warm not in (None, "off") and not args.cache_dir:
         raise InvalidSpec("--warm reads files into the mount's data cache: add --cache-dir")
     return spec
 
@@ -180,7 +184,7 @@ def _cmd_mount(args: argparse.Namespace) -> int:
     from .shared import acquire
 
     spec = _mount_spec(args)
-    if args.warm:
+    if args.warm not in (None, "off"):
         from .mounts.warm import read_listing
 
         read_listing(spec.warm or "all")  # a list that cannot be read fails here, not in the supervisor's log
@@ -189,7 +193,11 @@ def _cmd_mount(args: argparse.Namespace) -> int:
 
         read_object_list(spec.objects)  # likewise for a list of objects
     handle = acquire(spec, pinned=True, watchdog=not args.no_watchdog)
-    warming = "; warming its cache in the background" if args.warm else ""
+    from .mounts.warm import WARM_AUTO, warm_for
+
+    warm = warm_for(spec.warm, handle.backend, bool(spec.cache_dir))
+    warming = ("" if not warm else "; warming its cache in the background, if all of it fits (--no-warm: off)"
+               if warm == WARM_AUTO else "; warming its cache in the background")
     listed = f"; its listed objects are in {spec.data_dir}" if spec.objects else ""
     print(f"mounted {spec.uri} at {spec.mount_dir} with {handle.backend} (pid {handle.pid}){warming}{listed}; "
           f"unmount with: mountctl unmount {shlex.quote(spec.mount_dir)}")

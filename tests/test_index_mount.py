@@ -122,7 +122,7 @@ def test_mountctl_mount_objects_serves_the_list_under_its_directory(store, objec
 
 def test_dlio_reads_an_index_mounted_dataset_with_no_list_or_head_during_its_run(local_s3, tmp_path, mount_root):
     """DLIO's own unet3d (tiny scale) over the bench's ``mount/mount-s3+index`` route: the files listed once
-    before DLIO starts, then DLIO's listing and every open answered from the list."""
+    before the mount, then DLIO's listing, the automatic warm and every open answered from the list."""
     require_fuse()
     if not BACKENDS["mount-s3"].available():
         missing("mount-s3 is not built; `bash scripts/setup.sh` builds it")
@@ -139,13 +139,15 @@ def test_dlio_reads_an_index_mounted_dataset_with_no_list_or_head_during_its_run
     generate_dataset(venv, workload, local, 300)
     with logged_store(local_s3, str(tmp_path / "store"), files=0, size=1) as store:
         upload_dataset(store.settings, local, store.uri)
+        before = store.mark()
         with _route_dir("mount/mount-s3+index", local, store.uri, store.settings, workload) as data:
-            before = store.mark()
             run_dlio(venv, 1, dlio_overrides(workload, data, out), out, 300)
-            sent = store.since(before)
+        sent = store.since(before)  # the mount's own warm (automatic: the dataset fits its cache) included
     summary = read_summary(os.path.join(out, "summary.json"))
     print(f"\n[index mount, DLIO unet3d] requests at the store during the run: {dict(sent)} "
           f"for {workload.files} files; AU {summary['au_pct']} %")
     assert summary["au_pct"] > 0 and summary["samples_per_s"] > 0, summary
-    assert sent["HEAD"] == 0 and sent["LIST"] == 0, sent
+    # Both LISTs come before the program starts: the route's listing that makes the object list, and mountctl's
+    # access check. Every open, DLIO's or the warm's, is answered from the list.
+    assert sent["HEAD"] == 0 and sent["LIST"] <= 2, sent
     assert sent["GET"] >= workload.files, sent

@@ -32,7 +32,7 @@ def store(local_s3, tmp_path_factory):
 
 def _mounted(store: LoggedStore, backend: str, root, cache) -> Mount:
     spec = MountSpec(uri=store.uri, mount_dir=str(root / "m"), backend=backend, cache_dir=str(cache),
-                     cache_size_mb=256, mount_timeout_s=60)
+                     cache_size_mb=256, mount_timeout_s=60, warm="off")  # the program's own cost, no warm of ours
     return Mount(spec, settings=store.settings)
 
 

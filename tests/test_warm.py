@@ -34,6 +34,8 @@ def store(local_s3, tmp_path_factory):
 
 
 def _spec(store: LoggedStore, root, cache, backend: str = "rclone", **options) -> MountSpec:
+    """The mount for a test; no warm unless the test asks (``warm=None``: mount-s3's automatic one)."""
+    options.setdefault("warm", "off")
     return MountSpec(uri=store.uri, mount_dir=str(root / "m"), backend=backend, cache_dir=str(cache),
                      cache_size_mb=256, mount_timeout_s=60, **options)
 
@@ -70,6 +72,58 @@ def test_a_mount_asked_to_warm_everything_fills_its_cache_by_itself(store, mount
         mark = store.mark()
         read_every_file(mount.path, store.names)
         assert store.since(mark)["GET"] == 0
+
+
+def _mount_s3_or_skip() -> None:
+    from mountctl.mounts.backends import BACKENDS
+
+    if not BACKENDS["mount-s3"].available():
+        missing("mount-s3 is not installed; `bash scripts/setup.sh` builds it")
+
+
+def _warm_ended(mount: Mount) -> None:
+    deadline = time.monotonic() + 120
+    while mount.warm_report is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
+def test_a_mount_s3_mount_with_a_cache_warms_every_file_by_itself_when_the_tree_fits(store, mount_root, tmp_path):
+    """Nobody asks for a warm: mount-s3 with a cache reads the whole tree once (one GET per file), and the loader's
+    first epoch then costs no GET."""
+    _mount_s3_or_skip()
+    mark = store.mark()
+    with Mount(_spec(store, mount_root, tmp_path / "cache", "mount-s3", warm=None), settings=store.settings) as mount:
+        _warm_ended(mount)
+        report = mount.warm_report
+        assert report is not None and report.complete and report.files == FILES, report
+        assert [e["event"] for e in mount.events if e["event"].startswith("warm")] == ["warming", "warmed"]
+        assert "if all of them fit" in next(e["detail"] for e in mount.events if e["event"] == "warming")
+        store.settle(mark, "GET", FILES)
+        assert store.since(mark)["GET"] == FILES
+        epoch = store.mark()
+        assert read_every_file(mount.path, store.names) == FILES * SIZE
+        assert store.since(epoch)["GET"] == 0
+
+
+def test_an_automatic_warm_of_a_tree_larger_than_its_budget_reads_nothing(store, mount_root, tmp_path):
+    """The automatic warm reads all or nothing: a tree past its budget is said, and not one GET is sent (a user
+    who mounts a bucket far larger than the cache pays a bounded listing, not a cache's worth of downloads)."""
+    _mount_s3_or_skip()
+    with Mount(_spec(store, mount_root, tmp_path / "cache", "mount-s3"), settings=store.settings) as mount:
+        mark = store.mark()
+        report = Warmer(mount.path, budget_bytes=FILES * SIZE // 2, only_if_fits=True, timeout_s=120).start().wait()
+        assert report.files == 0 and report.bytes == 0 and not report.complete, report
+        assert FILES * SIZE // 2 < report.outgrown_bytes <= FILES * SIZE // 2 + SIZE, report
+        assert "outgrow the cache" in report.summary() and "--warm" in report.summary()
+        assert store.since(mark)["GET"] == 0
+
+
+def test_warm_off_and_the_other_programs_get_no_automatic_warm(store, backend, mount_root, tmp_path):
+    asked = "off" if backend == "mount-s3" else None
+    with Mount(_spec(store, mount_root, tmp_path / "cache", backend, warm=asked), settings=store.settings) as mount:
+        time.sleep(1)
+        assert not [e for e in mount.events if e["event"].startswith("warm")], mount.events
+        assert mount.warm_report is None
 
 
 def test_a_missing_object_is_reported_and_the_rest_is_warmed(store, mount_root, tmp_path):

@@ -232,7 +232,8 @@ def _route_dir(route: str, local: str, uri: str, settings: S3Settings, workload:
     """The directory DLIO reads for ``route``: the local copy, or a fresh mount (cold cache) of the objects.
 
     ``mount/<program>+warm``: the mount reads every file into its cache in the background from the moment it
-    is mounted, while DLIO starts at once (what ``mountctl mount --warm`` does for a user's loader).
+    is mounted, while DLIO starts at once (what ``mountctl mount --warm`` does for a user's loader; mount-s3 does
+    it by itself when the dataset fits its cache, and ``+no-warm`` turns that off).
     """
     if route == "local-disk":
         yield local
@@ -243,6 +244,8 @@ def _route_dir(route: str, local: str, uri: str, settings: S3Settings, workload:
     options: dict[str, Any] = dict(mountctl.cache_options(workload.dataset_bytes))
     if variant == "warm" and "cache_dir" in options:
         options["warm"] = "all"
+    if variant == "no-warm":  # mount-s3's automatic warm turned off: the default of the round before it
+        options["warm"] = "off"
     if variant == "index":
         from mountctl.pytorch.data.index_mount import object_list_under
 
@@ -276,10 +279,13 @@ def _measure(venv: Path, workload: MlperfWorkload, route: str, store: str, ranks
 
 
 def mount_routes(backends: tuple[str, ...], warm: bool) -> list[str]:
-    """Each program's mount (and with ``warm`` its warmed mount), and mount-s3 once more mounted from a list
-    of the objects (``mount/mount-s3+index``: no LIST or HEAD while DLIO runs)."""
+    """Each program's mount with its defaults, and with ``warm`` beside it the other choice: rclone and s3fs
+    warmed (``+warm``), mount-s3, which warms by itself when the dataset fits its cache, without that warm
+    (``+no-warm``); and mount-s3 once more mounted from a list of the objects (``mount/mount-s3+index``: no LIST
+    or HEAD while DLIO runs)."""
     chosen = backends or installed_backends()
-    routes = [f"mount/{b}{suffix}" for b in chosen for suffix in ("", "+warm")[:1 + warm]]
+    routes = [f"mount/{b}{suffix}" for b in chosen
+              for suffix in ("", "+no-warm" if b == "mount-s3" else "+warm")[:1 + warm]]
     return routes + (["mount/mount-s3+index"] if "mount-s3" in chosen else [])
 
 

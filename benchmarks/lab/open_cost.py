@@ -96,6 +96,7 @@ def main() -> None:
                 objects = object_list_under(direct, uri) if backend.endswith("+index") else None
                 spec = MountSpec(uri=uri, mount_dir=os.path.join(home, "mnt"), objects=objects,
                                  backend=program, cache_dir=os.path.join(home, "cache"), cache_size_mb=1024,
+                                 warm="off",  # requests counted are the program's own, and --warm's when asked
                                  extra_args={program: extra} if extra else {})
                 with Mount(spec, settings=settings) as mounted:
                     mount = ObjectsView(mounted) if objects else mounted

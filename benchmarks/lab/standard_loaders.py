@@ -152,7 +152,7 @@ def main() -> None:
                     else:
                         spec = MountSpec(uri="s3://mountctl/std/", mount_dir=os.path.join(home, "mnt"),
                                          backend=backend, cache_dir=os.path.join(home, "cache"),
-                                         cache_size_mb=1024)
+                                         cache_size_mb=1024, warm="off")  # the warm, if any, is the Warmer below
                         with Mount(spec, settings=settings) as mount:
                             root = os.path.join(mount.path, "train")
                             warmer = Warmer(mount.path).start() if warm_first else None  # beside the loader

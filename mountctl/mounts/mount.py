@@ -48,7 +48,7 @@ from .mounttable import MountEntry, find_mount, read_mount_table
 from .object_list import sweep_unused_lists
 from .probe import probe_path
 from .spec import MountSpec
-from .warm import Warmer, WarmReport, cache_budget_bytes, read_listing
+from .warm import WARM_AUTO, Warmer, WarmReport, cache_budget_bytes, read_listing, warm_for
 from .watchdog import MAX_RESTARTS, WATCHDOG_INTERVAL_S, Watchdog
 
 __all__ = ["Mount", "DirectoryGuard", "check_mount_dir", "set_default_guard"]
@@ -183,6 +183,7 @@ class Mount:
         self._watchdog_interval_s = watchdog_interval_s
         self._max_restarts = max_restarts
         self._watchdog: Watchdog | None = None
+        self._warm: str | None = None  # the warm this mount does (warm_for), set at start
         self._warmer: Warmer | None = None
         self.warm_report: WarmReport | None = None  # set when a warm asked for by spec.warm ended
         self._stopping = threading.Event()
@@ -256,7 +257,8 @@ class Mount:
             self.memory_mb, self.memory_note = self._backend.memory_bound(self.spec)
             if self.memory_note:
                 log.warning("%s: %s", self.path, self.memory_note)
-            warm_list = read_listing(self.spec.warm) if self.spec.warm else None  # a bad list fails here, early
+            self._warm = warm_for(self.spec.warm, self._backend.name, bool(self.spec.cache_dir))
+            warm_list = read_listing(self._warm) if self._warm else None  # a bad list fails here, early
             self._hold_object_list()
             scratch.sweep_abandoned_workdirs()
             for swept in sweep_unused_lists() + sweep_manifest_stores():  # what mounts killed with SIGKILL left
@@ -282,24 +284,31 @@ class Mount:
                 self._watchdog = Watchdog(self, interval_s=self._watchdog_interval_s, max_restarts=self._max_restarts,
                                           name=f"mountctl-watchdog:{self.path}")
                 self._watchdog.start()
-            if self.spec.warm:
+            if self._warm:
                 self._start_warm(warm_list)
             return self
 
     def _start_warm(self, names: list[str] | None) -> None:
         """Read the listed files into the program's cache in the background (``mountctl.mounts.warm``)."""
+        automatic = self._warm == WARM_AUTO
         budget = cache_budget_bytes(self._cache_plan.size_mb if self._cache_plan else None)
         if budget is None:
-            self.report("warm-skipped", "the mount has no data cache to warm: give it cache_dir (--cache-dir)")
+            if not automatic:
+                self.report("warm-skipped", "the mount has no data cache to warm: give it cache_dir (--cache-dir)")
             return
 
         def done(report: WarmReport) -> None:
             self.warm_report = report
-            self.report("warmed" if report.complete else "warm-incomplete", report.summary())
+            outcome = "warmed" if report.complete else "warm-skipped" if report.outgrown_bytes else "warm-incomplete"
+            self.report(outcome, report.summary())
 
-        self.report("warming", f"{'every file' if names is None else f'{len(names)} files'} into the cache")
+        what = "every file" if names is None else f"{len(names)} files"
+        if automatic:
+            what += " if all of them fit (automatic for mount-s3 with a cache; warm='off' or --no-warm stops it)"
+        self.report("warming", f"{what} into the cache")
         # Paths are relative to the prefix: under the mount point, or for a list of objects the directory it serves
-        self._warmer = Warmer(self.spec.data_dir, names, budget_bytes=budget).in_background(done)
+        self._warmer = Warmer(self.spec.data_dir, names, budget_bytes=budget, only_if_fits=automatic
+                              ).in_background(done)
 
     def stop(self) -> None:
         """Unmount and stop the child; safe to call twice and after a failed start."""

@@ -62,7 +62,9 @@ class MountSpec:
     # Readers read each file whole, front to back (shards): mount-s3 (our build) then fetches a file's first 16 MiB
     # at once, as parallel parts. Leave False where files are read at random offsets (map-style over shards).
     whole_files: bool = False
-    warm: str | None = None  # read these files into the cache once mounted: "all", or a file listing paths
+    # Read files into the cache once mounted: "all", "auto" (the whole tree if it fits), "off", or a file listing
+    # paths.  None: "auto" for a mount-s3 mount with a cache, else nothing (``mountctl.mounts.warm.warm_for``).
+    warm: str | None = None
     # Serve exactly the objects of this list (object_list.write_object_list), read-only, each pinned to its ETag,
     # with no LIST or HEAD: mountctl's mount-s3 only. They appear under ``data_dir``.
     objects: str | None = None
@@ -113,8 +115,9 @@ class MountSpec:
             self._check_objects()
         if self.warm is not None:
             if not isinstance(self.warm, str) or not self.warm.strip():
-                raise InvalidSpec(f"warm must be 'all' or the path of a file listing paths, not {self.warm!r}")
-            if self.warm != "all":  # the supervisor reads it from another working directory
+                raise InvalidSpec(f"warm must be 'all', 'auto', 'off' or the path of a file listing paths, not "
+                                  f"{self.warm!r}")
+            if self.warm not in ("all", "auto", "off"):  # the supervisor reads it from another working directory
                 object.__setattr__(self, "warm", os.path.abspath(os.path.expanduser(self.warm)))
 
     def _check_objects(self) -> None:

@@ -155,6 +155,10 @@ def test_each_program_is_measured_plain_and_with_its_cache_warmed_ahead():
     assert mount_routes(("rclone",), False) == ["mount/rclone"]
 
 
+def test_mount_s3_warms_by_itself_so_its_other_choice_is_measured_without_the_warm():
+    assert mount_routes(("mount-s3",), True) == ["mount/mount-s3", "mount/mount-s3+no-warm", "mount/mount-s3+index"]
+
+
 def test_mount_s3_is_measured_once_more_mounted_from_a_list_of_the_objects():
     assert mount_routes(("mount-s3", "rclone"), False) == ["mount/mount-s3", "mount/rclone", "mount/mount-s3+index"]
 

@@ -8,7 +8,7 @@ from mountctl.cli import main
 from mountctl.errors import InvalidSpec
 from mountctl.mounts.backends import Rclone, S3fsFuse
 from mountctl.mounts.spec import MountSpec
-from mountctl.mounts.warm import WarmReport, read_listing
+from mountctl.mounts.warm import Warmer, WarmReport, read_listing, warm_for
 from mountctl.s3 import S3Settings
 
 LOCAL = S3Settings(endpoint_url="http://127.0.0.1:9", region="eu-west-1", access_key_id="AKUNIT",
@@ -68,6 +68,43 @@ def test_a_warm_list_names_paths_relative_to_the_mount(tmp_path):
 def test_cli_refuses_warm_without_a_cache(tmp_path, capsys):
     assert main(["mount", "s3://data-bucket/train/", str(tmp_path / "m"), "--warm"]) == 1
     assert "add --cache-dir" in capsys.readouterr().err
+
+
+def test_nothing_asked_warms_a_mount_s3_mount_with_a_cache_and_nothing_else(tmp_path):
+    assert warm_for(None, "mount-s3", has_cache=True) == "auto"
+    assert warm_for(None, "mount-s3", has_cache=False) is None  # no cache: nothing to warm into
+    assert warm_for(None, "rclone", has_cache=True) is None and warm_for(None, "s3fs", has_cache=True) is None
+    assert warm_for("off", "mount-s3", has_cache=True) is None
+    assert warm_for("all", "rclone", has_cache=True) == "all"
+    assert read_listing("auto") is None  # the whole tree
+    assert _spec(tmp_path, warm="off").warm == "off"  # a keyword, not a list's path
+
+
+def test_cli_no_warm_asks_for_none_and_cannot_be_given_with_warm(tmp_path, capsys):
+    from mountctl.cli import configure
+
+    assert configure(["mount", "s3://data-bucket/train/", str(tmp_path / "m"), "--no-warm"]).warm == "off"
+    assert configure(["mount", "s3://data-bucket/train/", str(tmp_path / "m")]).warm is None
+    with pytest.raises(SystemExit):
+        configure(["mount", "s3://data-bucket/train/", str(tmp_path / "m"), "--no-warm", "--warm"])
+    assert "not allowed with argument" in capsys.readouterr().err
+
+
+def test_an_automatic_warm_needs_the_whole_tree_and_a_budget(tmp_path):
+    with pytest.raises(InvalidSpec, match="whole tree within a cache budget"):
+        Warmer(str(tmp_path), ["a"], budget_bytes=10, only_if_fits=True)
+    with pytest.raises(InvalidSpec, match="whole tree within a cache budget"):
+        Warmer(str(tmp_path), only_if_fits=True)
+
+
+def test_an_automatic_warm_of_a_local_tree_reads_all_of_it_or_none(tmp_path):
+    for name in ("a/1.bin", "a/2.bin", "b/3.bin"):
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_bytes(b"x" * 100)
+    fits = Warmer(str(tmp_path), budget_bytes=300, only_if_fits=True, timeout_s=60).start().wait()
+    assert fits.complete and fits.files == 3 and fits.bytes == 300, fits
+    outgrown = Warmer(str(tmp_path), budget_bytes=250, only_if_fits=True, timeout_s=60).start().wait()
+    assert outgrown.files == 0 and outgrown.outgrown_bytes == 300 and not outgrown.complete, outgrown
 
 
 def test_a_warm_report_is_complete_only_when_every_file_was_read():

@@ -314,7 +314,7 @@ def train(config: TrainConfig, *, settings: S3Settings | None = None, out: TextI
                      cache=config.cache, cache_dir=config.cache_dir, cache_size_mb=config.cache_size_mb,
                      read_ahead=config.read_ahead, dataset_bytes=manifest.total_bytes,
                      readers=max(1, num_workers), from_index=config.from_index, manifest=manifest,
-                     whole_files=not config.random_access
+                     whole_files=not config.random_access, per_file=manifest.layout == "files"
                      ) as source:
         monitor = ThroughputMonitor(manifest.num_images, warmup_batches=config.warmup_batches)
         data_wait = DataWaitMonitor(config.source_kind, threshold=config.data_wait_threshold,

@@ -254,7 +254,7 @@ def mountpoint_source(uri: str, settings: S3Settings, *, backend: str = "auto", 
                       read_ahead: bool | None = None, shards_ahead: int = 2, dataset_bytes: int | None = None,
                       readers: int | None = None, memory_mb: int | None = None, objects: str | None = None,
                       from_index: bool = False, manifest: Any = None, whole_files: bool = False,
-                      **_: Any) -> Iterator[MountpointSource]:
+                      per_file: bool = False, **_: Any) -> Iterator[MountpointSource]:
     """Mount ``uri`` read-only for the run; ranks on one node share the one mount.
 
     The mount program gets exactly ``settings`` (endpoint, region, credentials), so this
@@ -272,6 +272,9 @@ def mountpoint_source(uri: str, settings: S3Settings, *, backend: str = "auto", 
     HEAD when a file is opened, each read pinned to the index's ETag; ``from_index`` makes that list from the
     run's ``manifest`` here, the one kind that mounts. ``whole_files``: the run reads each shard whole, front to
     back (not map-style), so mount-s3 may fetch a file's first 16 MiB at once (``MountSpec.whole_files``).
+    ``per_file``: the dataset is one object per sample (the files layout), which has no shards to read ahead: with
+    ``read_ahead`` the mount warms the whole tree into its cache instead when all of it fits (mount-s3's automatic
+    warm, ``mountctl.mounts.warm.warm_for``); shards never get that warm, the plan reads them ahead.
     """
     import mountctl
     from mountctl.pytorch.data.readahead import warm_slots
@@ -298,6 +301,7 @@ def mountpoint_source(uri: str, settings: S3Settings, *, backend: str = "auto", 
         options["objects"] = objects
     if whole_files:
         options["whole_files"] = True
+    options["warm"] = None if (read_ahead and per_file) else "off"
     with mountctl.mount(uri, mount_dir, backend=backend, settings=settings, **options) as mounted:
         record = None
         if read_ahead and "cache_dir" in options:

@@ -44,7 +44,7 @@ def test_every_loader_cell_is_measured_against_the_limits_of_the_same_run(sweep)
     config, result, _ = sweep
     sources = [LOCAL] + [label for label, _, _ in source_plan(config)]
     assert any(label.startswith("mountpoint/") for label in sources), "no mount program was benchmarked"
-    assert {"mountpoint/mount-s3", "mountpoint/mount-s3+index", "mountpoint/mount-s3-no-read-ahead"} <= set(sources)  # built by setup: never skipped
+    assert {"mountpoint/mount-s3", "mountpoint/mount-s3+index", "mountpoint/mount-s3-read-ahead"} <= set(sources)  # built by setup: never skipped
     expected = {(st, d.label, w, s, e) for st in STORES for d in config.datasets for w in config.num_workers
                 for s in sources for e in EPOCHS}
     loaders = cells(result, "loader", status=None)

@@ -257,8 +257,9 @@ def test_read_ahead_through_mount_s3_never_serves_a_shard_replaced_after_it_was_
     names = [shard.name for shard in manifest.shards]
     old = {name: s3.get_object(Bucket=bucket, Key="data/" + name)["Body"].read() for name in names}
     victim = names[2]
-    with open_source("mountpoint", uri, resolve(), backend="mount-s3", mount_dir=str(mount_root / "m")) as source:
-        assert source.describe()["read_ahead"] is True  # the default with mount-s3
+    with open_source("mountpoint", uri, resolve(), backend="mount-s3", mount_dir=str(mount_root / "m"),
+                     read_ahead=True) as source:
+        assert source.describe()["read_ahead"] is True
         shards = source.open_shards(names, [shard.etag for shard in manifest.shards])
         _, first = next(shards)
         assert first.read() == old[names[0]]

@@ -22,24 +22,24 @@ from mountctl.pytorch.training.rates import epoch_figures
 
 # A route that mounts exactly the objects of the dataset's index (mount-s3's manifest mount, ``--from-index``).
 INDEX_ROUTE = "+index"
-# The default mount with its plan-driven read-ahead turned off: the lever measured beside the default, same run.
-NO_READ_AHEAD_ROUTE = "-no-read-ahead"
+# The default mount with the plan-driven read-ahead turned on: the lever measured beside the default, same run.
+READ_AHEAD_ROUTE = "-read-ahead"
 
 
 def route_backend(backend: str) -> tuple[str, bool]:
     """(mount program, whether it mounts from the index) of a plan's backend (``mount-s3+index``)."""
-    program = backend.removesuffix(NO_READ_AHEAD_ROUTE)
+    program = backend.removesuffix(READ_AHEAD_ROUTE)
     return program.removesuffix(INDEX_ROUTE), program.endswith(INDEX_ROUTE)
 
 
 def route_read_ahead(backend: str) -> bool | None:
-    """False for a ``-no-read-ahead`` route; None (the mountpoint kind's default) for every other."""
-    return False if backend.endswith(NO_READ_AHEAD_ROUTE) else None
+    """True for a ``-read-ahead`` route; None (the mountpoint kind's default) for every other."""
+    return True if backend.endswith(READ_AHEAD_ROUTE) else None
 
 
 def route_options(uri: str, settings: S3Settings, backend: str, *, whole_files: bool = False) -> dict[str, Any]:
     """``open_source``'s options for a plan's backend: the program, for an index route the object list, the
-    read-ahead where the route turns it off, and ``whole_files`` for cells that read shards front to back."""
+    read-ahead where the route turns it on, and ``whole_files`` for cells that read shards front to back."""
     program, from_index = route_backend(backend)
     options: dict[str, Any] = {"backend": program, "read_ahead": route_read_ahead(backend), "whole_files": whole_files}
     if from_index:
@@ -47,7 +47,7 @@ def route_options(uri: str, settings: S3Settings, backend: str, *, whole_files: 
     return options
 
 __all__ = ["loader_cell", "first_sample_cell", "train_cell", "ceiling_cell", "BATCH_TIMEOUT_S", "INDEX_ROUTE",
-           "NO_READ_AHEAD_ROUTE", "route_backend", "route_read_ahead", "route_options"]
+           "READ_AHEAD_ROUTE", "route_backend", "route_read_ahead", "route_options"]
 
 
 

@@ -27,7 +27,7 @@ from typing import Any
 from benchmarks.harness.bytes_path import bytes_cell, bytes_routes, cache_note, opened_route, random_cell
 from benchmarks.harness.cells import (
     INDEX_ROUTE,
-    NO_READ_AHEAD_ROUTE,
+    READ_AHEAD_ROUTE,
     ceiling_cell,
     first_sample_cell,
     loader_cell,
@@ -62,8 +62,8 @@ EPOCHS = (1, 2)  # every cell that reads the dataset reads it twice: epoch 2 is 
 
 def source_plan(config: SweepConfig) -> list[tuple[str, str, str]]:
     """(label, kind, backend) of every S3 source: mountpoint once per installed mount program, and mount-s3
-    twice more: mounted from the index (``mount-s3+index``) and without its default read-ahead
-    (``mount-s3-no-read-ahead``), so that each lever is measured beside the default in the same run."""
+    twice more: mounted from the index (``mount-s3+index``) and with the plan's read-ahead across shards
+    (``mount-s3-read-ahead``), so that each lever is measured beside the default in the same run."""
     backends = config.backends or installed_backends()
     plan = []
     for kind in config.loader_kinds:
@@ -71,7 +71,7 @@ def source_plan(config: SweepConfig) -> list[tuple[str, str, str]]:
             plan += [(f"mountpoint/{b}", kind, b) for b in backends]
             if "mount-s3" in backends:
                 plan += [(f"mountpoint/mount-s3{variant}", kind, f"mount-s3{variant}")
-                         for variant in (INDEX_ROUTE, NO_READ_AHEAD_ROUTE)]
+                         for variant in (INDEX_ROUTE, READ_AHEAD_ROUTE)]
         else:
             plan.append((kind, kind, "auto"))
     return plan

@@ -17,7 +17,7 @@ from mountctl.pytorch.data.sources.reader_state import PerProcessState
 from mountctl.pytorch.data.sources.refreshing import Credentials
 
 __all__ = ["MountpointSource", "mountpoint_source", "FileReader", "add_mountpoint_arguments", "mountpoint_options",
-           "memory_bound_mb", "read_ahead_default", "check_from_index"]
+           "memory_bound_mb", "check_from_index"]
 
 T = TypeVar("T")
 
@@ -261,9 +261,9 @@ def mountpoint_source(uri: str, settings: S3Settings, *, backend: str = "auto", 
     route reads what the other kinds read; ranks making the same request share one mount.
     With ``cache`` (the default) the program keeps what it read on the node's disk
     (``$MOUNTCTL_HOME/cache`` or ``cache_dir``; size: ``dataset_bytes``, at most half the
-    free disk, or ``cache_size_mb``) for the mount's lifetime, and with ``read_ahead`` each reader warms its
-    next ``shards_ahead`` shards into it (``None``, the default: on where the program is mount-s3, see
-    ``read_ahead_default``).  Pass ``dataset_bytes``
+    free disk, or ``cache_size_mb``) for the mount's lifetime, and with ``read_ahead=True`` each reader warms its
+    next ``shards_ahead`` shards into it (``None``, the default, and ``False``: not; measured, docs/training.md
+    "Read-ahead").  Pass ``dataset_bytes``
     from the manifest: without it the size is one LIST of the objects directly under the prefix,
     which misses the files layout's ``train/<class>/`` objects.  ``readers`` (DataLoader workers
     per rank) bounds the program's memory to what the plan reads at once, for every rank on this
@@ -272,15 +272,17 @@ def mountpoint_source(uri: str, settings: S3Settings, *, backend: str = "auto", 
     HEAD when a file is opened, each read pinned to the index's ETag; ``from_index`` makes that list from the
     run's ``manifest`` here, the one kind that mounts. ``whole_files``: the run reads each shard whole, front to
     back (not map-style), so mount-s3 may fetch a file's first 16 MiB at once (``MountSpec.whole_files``).
-    ``per_file``: the dataset is one object per sample (the files layout), which has no shards to read ahead: with
-    ``read_ahead`` the mount warms the whole tree into its cache instead when all of it fits (mount-s3's automatic
-    warm, ``mountctl.mounts.warm.warm_for``); shards never get that warm, the plan reads them ahead.
+    ``per_file``: the dataset is one object per sample (the files layout), which has no shards to read ahead: unless
+    ``read_ahead=False`` the mount warms the whole tree into its cache instead when all of it fits (mount-s3's
+    automatic warm, ``mountctl.mounts.warm.warm_for``); shards never get that warm.
     """
     import mountctl
     from mountctl.pytorch.data.readahead import warm_slots
 
-    if read_ahead is None:
-        read_ahead = read_ahead_default(backend, objects is not None or from_index)
+    # Shards: the plan's read-ahead only when asked. Since a shard's first GET covers 16 MiB (``whole_files``) it no
+    # longer wins: bench --quick, 3 runs, loader epoch 1 median 922 samples/s with it against 1,304 without.
+    plan_read_ahead = bool(read_ahead)
+    warm = None if (per_file and read_ahead is not False) else "off"
     if from_index and objects is None:
         from mountctl.pytorch.data.index_mount import object_list_for
 
@@ -294,17 +296,17 @@ def mountpoint_source(uri: str, settings: S3Settings, *, backend: str = "auto", 
         options = mountctl.cache_options(dataset_bytes, cache_dir, cache_size_mb)
     readers_on_node = max(1, readers or 1) * int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)
     if memory_mb is None and readers is not None:
-        memory_mb = memory_bound_mb(readers_on_node, shards_ahead if read_ahead and cache else 0)
+        memory_mb = memory_bound_mb(readers_on_node, shards_ahead if plan_read_ahead and cache else 0)
     if memory_mb is not None:
         options["memory_mb"] = memory_mb
     if objects is not None:
         options["objects"] = objects
     if whole_files:
         options["whole_files"] = True
-    options["warm"] = None if (read_ahead and per_file) else "off"
+    options["warm"] = warm
     with mountctl.mount(uri, mount_dir, backend=backend, settings=settings, **options) as mounted:
         record = None
-        if read_ahead and "cache_dir" in options:
+        if plan_read_ahead and "cache_dir" in options:
             record = os.path.join(mountctl.mount_cache_dir(options["cache_dir"], mounted.path), "read-ahead")
             os.makedirs(record, mode=0o700, exist_ok=True)
         cache_in_use = mounted.cache or {}  # what the program runs with, which may differ from what was asked
@@ -329,23 +331,6 @@ def check_from_index(source_kind: str, backend: str, from_index: bool) -> None:
                           "--from-index")
 
 
-def read_ahead_default(backend: str, from_list: bool) -> bool:
-    """Read-ahead when nothing says: on where the mount program is mount-s3, off for rclone and s3fs.
-
-    Mountpoint's prefetcher belongs to one open file and nothing in it reads across files, so the next shard
-    starts cold unless the layer that knows the plan warms it; and mount-s3 spends about a third of rclone's CPU
-    per GB, so on a small machine the warm does not take the cores the loader needs, which it did for rclone
-    and s3fs (BENCHMARKS.md; docs/training.md "Read-ahead")."""
-    if from_list:
-        return True  # a list of objects mounts only with mount-s3
-    if backend == "auto":
-        from mountctl import installed_backends
-
-        chosen = installed_backends()
-        return bool(chosen) and chosen[0] == "mount-s3"
-    return backend == "mount-s3"
-
-
 def add_mountpoint_arguments(parser: Any) -> None:
     """This kind's command-line options (``resnet.py train`` and ``bench``): the cache and read-ahead."""
     parser.add_argument("--no-cache", dest="cache", action="store_false",
@@ -356,9 +341,10 @@ def add_mountpoint_arguments(parser: Any) -> None:
                         help="mountpoint kind: data cache cap in MiB (default: the dataset's size, at most "
                         "half the free disk)")
     parser.add_argument("--read-ahead", action=argparse.BooleanOptionalAction, default=None,
-                        help="mountpoint kind, with the cache: warm each reader's next shards into it (default: on "
-                        "with mount-s3, whose prefetcher never reads across files; off with rclone and s3fs, where "
-                        "it took the CPU the loader needed on a 2-core machine)")
+                        help="mountpoint kind, with the cache: warm each reader's next shards into it (default off: "
+                        "with a shard's first GET covering 16 MiB it cost the loader's CPU and won nothing, "
+                        "docs/training.md); a per-file dataset is warmed whole by mount-s3 when it fits the cache "
+                        "unless --no-read-ahead")
     parser.add_argument("--from-index", action=argparse.BooleanOptionalAction, default=False,
                         help="mountpoint kind: mount exactly the objects the dataset's index lists, with mountctl's "
                         "mount-s3: no LIST or HEAD per open, each read pinned to the indexed ETag (default off)")

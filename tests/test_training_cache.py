@@ -33,7 +33,7 @@ def test_read_ahead_on_the_cached_mount_claims_every_shard_once(backend, s3_env,
 
 def test_mountpoint_source_caches_by_default_and_reads_shards_ahead_only_when_asked(s3_env, bucket, mount_root):
     """The plan's read-ahead across shards is off by default with every program (with a shard's first GET
-    covering 16 MiB it cost the loader's CPU and won nothing, docs/training.md); --read-ahead turns it on."""
+    covering 16 MiB it ties, for a second pass through FUSE, docs/training.md); --read-ahead turns it on."""
     for name in ("mount-s3", "rclone"):
         if not BACKENDS[name].available():
             missing(f"{name} is not installed; `bash scripts/setup.sh` installs or builds it")

@@ -280,7 +280,7 @@ def mountpoint_source(uri: str, settings: S3Settings, *, backend: str = "auto", 
     from mountctl.pytorch.data.readahead import warm_slots
 
     # Shards: the plan's read-ahead only when asked. Since a shard's first GET covers 16 MiB (``whole_files``) it no
-    # longer wins: bench --quick, 3 runs, loader epoch 1 median 922 samples/s with it against 1,304 without.
+    # longer wins: a tie in three interleaved rounds on 16 MB shards, for a second pass through FUSE (docs/training.md).
     plan_read_ahead = bool(read_ahead)
     warm = None if (per_file and read_ahead is not False) else "off"
     if from_index and objects is None:
@@ -342,7 +342,7 @@ def add_mountpoint_arguments(parser: Any) -> None:
                         "half the free disk)")
     parser.add_argument("--read-ahead", action=argparse.BooleanOptionalAction, default=None,
                         help="mountpoint kind, with the cache: warm each reader's next shards into it (default off: "
-                        "with a shard's first GET covering 16 MiB it cost the loader's CPU and won nothing, "
+                        "with a shard's first GET covering 16 MiB it ties, for a second pass through FUSE, "
                         "docs/training.md); a per-file dataset is warmed whole by mount-s3 when it fits the cache "
                         "unless --no-read-ahead")
     parser.add_argument("--from-index", action=argparse.BooleanOptionalAction, default=False,

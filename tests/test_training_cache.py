@@ -59,22 +59,25 @@ def _cached_bytes(root: str) -> int:
     return sum(os.path.getsize(os.path.join(d, n)) for d, _, names in os.walk(root) for n in names)
 
 
-def test_a_per_file_dataset_is_warmed_whole_into_mount_s3s_cache_and_shards_are_not(s3_env, bucket, mount_root):
-    """A per-file dataset has no shards for the plan to read ahead: mount-s3 warms all of it into its cache (it
-    fits) with no reader of ours. Shards get no such warm: their cache stays empty until the loader reads."""
+def test_a_per_file_dataset_mounted_from_its_index_is_warmed_whole_and_nothing_else_is(s3_env, bucket, mount_root):
+    """A per-file dataset has no shards for the plan to read ahead: mounted from its index, mount-s3 warms all of it
+    into its cache (it fits) with no reader of ours. A plain mount is not warmed (its walk would list every folder,
+    which the index spares the trainer), nor are shards: their caches stay empty until the loader reads."""
     import time
 
     if not BACKENDS["mount-s3"].available():
         missing("mount-s3 is not installed; `bash scripts/setup.sh` builds it")
     uri = f"s3://{bucket}/data/"
     made = make_tiny_dataset(uri, num_images=16, shard_size="8KB")
+    manifest = load_manifest(s3_env, uri)
     total = sum(shard.bytes for shard in made.manifest.shards)
-    for per_file in (True, False):
+    for per_file, from_index in ((True, True), (True, False), (False, True)):
         with open_source("mountpoint", uri, s3_env, backend="mount-s3", mount_dir=str(mount_root / "m"),
-                         per_file=per_file) as source:
+                         per_file=per_file, from_index=from_index, manifest=manifest) as source:
             assert source.cache_dir
-            deadline = time.monotonic() + (60 if per_file else 3)
+            warmed = per_file and from_index
+            deadline = time.monotonic() + (60 if warmed else 3)
             while _cached_bytes(source.cache_dir) < total and time.monotonic() < deadline:
                 time.sleep(0.2)
             cached = _cached_bytes(source.cache_dir)
-        assert (cached >= total) if per_file else (cached == 0), (per_file, cached, total)
+        assert (cached >= total) if warmed else (cached == 0), (per_file, from_index, cached, total)

@@ -272,9 +272,11 @@ def mountpoint_source(uri: str, settings: S3Settings, *, backend: str = "auto", 
     HEAD when a file is opened, each read pinned to the index's ETag; ``from_index`` makes that list from the
     run's ``manifest`` here, the one kind that mounts. ``whole_files``: the run reads each shard whole, front to
     back (not map-style), so mount-s3 may fetch a file's first 16 MiB at once (``MountSpec.whole_files``).
-    ``per_file``: the dataset is one object per sample (the files layout), which has no shards to read ahead: unless
-    ``read_ahead=False`` the mount warms the whole tree into its cache instead when all of it fits (mount-s3's
-    automatic warm, ``mountctl.mounts.warm.warm_for``); shards never get that warm.
+    ``per_file``: the dataset is one object per sample (the files layout), which has no shards to read ahead: mounted
+    from its index (``objects``/``from_index``), and unless ``read_ahead=False``, the mount warms the whole tree into
+    its cache instead when all of it fits (mount-s3's automatic warm, ``mountctl.mounts.warm.warm_for``). Not on a
+    plain mount: the warm's walk would list every folder, which the index spares the trainer (one LIST page per
+    1,000 files, ``tests/test_big_prefix.py``), while a list mount answers it from the list. Shards never get it.
     """
     import mountctl
     from mountctl.pytorch.data.readahead import warm_slots
@@ -282,11 +284,11 @@ def mountpoint_source(uri: str, settings: S3Settings, *, backend: str = "auto", 
     # Shards: the plan's read-ahead only when asked. Since a shard's first GET covers 16 MiB (``whole_files``) it no
     # longer wins: a tie in three interleaved rounds on 16 MB shards, for a second pass through FUSE (docs/training.md).
     plan_read_ahead = bool(read_ahead)
-    warm = None if (per_file and read_ahead is not False) else "off"
     if from_index and objects is None:
         from mountctl.pytorch.data.index_mount import object_list_for
 
         objects = object_list_for(manifest, settings, uri)
+    warm = None if (per_file and objects is not None and read_ahead is not False) else "off"
     location = parse_s3_uri(uri)
     options: dict[str, Any] = {}
     if cache:
@@ -343,8 +345,8 @@ def add_mountpoint_arguments(parser: Any) -> None:
     parser.add_argument("--read-ahead", action=argparse.BooleanOptionalAction, default=None,
                         help="mountpoint kind, with the cache: warm each reader's next shards into it (default off: "
                         "with a shard's first GET covering 16 MiB it ties, for a second pass through FUSE, "
-                        "docs/training.md); a per-file dataset is warmed whole by mount-s3 when it fits the cache "
-                        "unless --no-read-ahead")
+                        "docs/training.md); a per-file dataset mounted --from-index is warmed whole by mount-s3 when "
+                        "it fits the cache unless --no-read-ahead")
     parser.add_argument("--from-index", action=argparse.BooleanOptionalAction, default=False,
                         help="mountpoint kind: mount exactly the objects the dataset's index lists, with mountctl's "
                         "mount-s3: no LIST or HEAD per open, each read pinned to the indexed ETag (default off)")

@@ -10,11 +10,12 @@ epoch); the rate after warm-up follows (``rates.epoch_figures``).
 from __future__ import annotations
 
 import io
+import os
 import time
 from typing import Any
 
 from benchmarks.harness.monitor import ResourceMonitor
-from mountctl import S3Settings
+from mountctl import S3Settings, paths
 from mountctl.pytorch.data.dataset import BATCH_TIMEOUT_S  # a wedged source fails the cell, never hangs it
 from mountctl.pytorch.data.index_mount import object_list_for
 from mountctl.pytorch.data.manifest import Manifest, load_manifest
@@ -44,6 +45,11 @@ def route_options(uri: str, settings: S3Settings, backend: str, *, whole_files: 
     options: dict[str, Any] = {"backend": program, "read_ahead": route_read_ahead(backend), "whole_files": whole_files}
     if from_index:
         options["objects"] = object_list_for(load_manifest(settings, uri), settings, uri)
+    if backend.endswith(READ_AHEAD_ROUTE):
+        # The read-ahead is not part of what a mount serves, so this route would join the default route's shared
+        # mount, and its epoch 1 would read the cache the default's two epochs had filled. A cache of its own is a
+        # request of its own: a fresh mount, cold like every other route's.
+        options["cache_dir"] = os.path.join(paths.cache_root(), "bench" + READ_AHEAD_ROUTE)
     return options
 
 __all__ = ["loader_cell", "first_sample_cell", "train_cell", "ceiling_cell", "BATCH_TIMEOUT_S", "INDEX_ROUTE",

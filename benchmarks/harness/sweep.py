@@ -153,12 +153,14 @@ def _dataset_cells(run: _Run, spec: DatasetSpec | OwnDataset, manifest: Manifest
             try:
                 source, open_s = stack.enter_context(_opened(kind, uri, settings, backend, local))
             except CELL_ERRORS as exc:  # the source did not open (e.g. the mount failed): its cells say so
-                run.cells.append({"cell": "first-sample", **head, "status": f"failed: {exc}"})
-                run.cells += [{"cell": "loader", "num_workers": w, "epoch": e, **head, "status": f"failed: {exc}"}
-                              for w in config.num_workers for e in EPOCHS]
-                run.bar.update(1 + len(config.num_workers) * len(EPOCHS))
+                _source_failed(run, head, f"failed: {exc}")
                 continue
             daemon = source.describe().get("mount_pid")
+            shared = next((h["source"] for h, _, pid in opened if daemon is not None and pid == daemon), None)
+            if shared is not None:  # each route is measured cold: one that joined another's mount would not be
+                _source_failed(run, head, f"failed: it shares {shared}'s mount (pid {daemon}), whose cache that "
+                                          f"route fills: give it a request of its own (cells.route_options)")
+                continue
 
             def first_sample(s: Any = source, t: float = open_s, pid: int | None = daemon) -> dict[str, Any]:
                 with ResourceMonitor(pid) as monitor:
@@ -183,6 +185,14 @@ def _dataset_cells(run: _Run, spec: DatasetSpec | OwnDataset, manifest: Manifest
     if config.bytes_cells:
         _bytes_cells(run, manifest, uri, base, local)
     peer_cells(run, manifest, uri, base, run.peer_markers.get(spec.label, {}))
+
+
+def _source_failed(run: _Run, head: dict[str, Any], status: str) -> None:
+    """A source that cannot be measured: its first-sample cell and every loader cell say why."""
+    run.cells.append({"cell": "first-sample", **head, "status": status})
+    run.cells += [{"cell": "loader", "num_workers": w, "epoch": e, **head, "status": status}
+                  for w in run.config.num_workers for e in EPOCHS]
+    run.bar.update(1 + len(run.config.num_workers) * len(EPOCHS))
 
 
 def _bytes_cells(run: _Run, manifest: Manifest, uri: str, base: dict[str, Any], local: LocalDiskSource) -> None:

@@ -116,3 +116,23 @@ def test_the_bench_measures_the_plan_read_ahead_on_a_route_of_its_own_beside_the
                                                                                                        False)
     assert route_read_ahead("mount-s3") is None and route_read_ahead("mount-s3+index") is None
     assert route_backend("mount-s3+index") == ("mount-s3", True)
+
+
+def test_the_read_ahead_route_mounts_apart_from_the_default_so_its_first_epoch_starts_cold(tmp_path, monkeypatch):
+    """The read-ahead is no part of what a mount serves: with the same options the side route joined the default's
+    shared mount and read, in its epoch 1, the cache the default's two epochs had filled (about 40 % ahead)."""
+    from benchmarks.harness.cells import route_options
+    from mountctl import S3Settings
+    from mountctl.shared.client import default_mount_dir
+
+    monkeypatch.setenv("MOUNTCTL_HOME", str(tmp_path))
+    settings = S3Settings(endpoint_url="http://127.0.0.1:9", region="us-east-1", access_key_id="k",
+                          secret_access_key="s")
+
+    def mount_dir(backend: str) -> str:
+        options = route_options("s3://bench/data/", settings, backend, whole_files=True)
+        served = {k: v for k, v in options.items() if k in ("cache_dir", "whole_files")}
+        return default_mount_dir("s3://bench/data/", options["backend"], settings, **served)
+
+    assert mount_dir("mount-s3-read-ahead") != mount_dir("mount-s3")
+    assert mount_dir("mount-s3") == mount_dir("mount-s3")

@@ -21,9 +21,12 @@ from torch_support import make_tiny_dataset
 IMAGES = 96
 
 
+# None is the default: each reader's next shards read into memory on threads (next_shards.py); False: none;
+# True: the plan's read-ahead into the cache as well.
 @pytest.mark.parametrize("program,read_ahead", [("rclone", False), ("rclone", True), ("mount-s3", False),
-                                                ("mount-s3", True)],
-                         ids=["rclone-plain", "rclone-read-ahead", "mount-s3-plain", "mount-s3-read-ahead"])
+                                                ("mount-s3", None), ("mount-s3", True)],
+                         ids=["rclone-plain", "rclone-read-ahead", "mount-s3-plain", "mount-s3-default",
+                              "mount-s3-read-ahead"])
 def test_epoch_survives_daemon_kill_with_every_sample_exactly_once(program, read_ahead, s3_env, bucket, mount_root):
     require_fuse()
     if not BACKENDS[program].available():

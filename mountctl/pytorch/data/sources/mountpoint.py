@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, BinaryIO, TypeVar
 
 from mountctl import ObjectChanged, S3Settings, VersionPin, open_resilient, parse_s3_uri, s3
+from mountctl.pytorch.data.sources.next_shards import NextShards, shards_in_memory
 from mountctl.pytorch.data.sources.pins import shard_pins
 from mountctl.pytorch.data.sources.reader_state import PerProcessState
 from mountctl.pytorch.data.sources.refreshing import Credentials
@@ -206,6 +207,7 @@ class MountpointSource:
     read_ahead_dir: str | None = None  # the node's record of claimed shards; None: no read-ahead
     shards_ahead: int = 2
     warm_slots: int = 2  # shards warmed at once on the node (readahead.warm_slots)
+    in_memory_ahead: int = 0  # next shards each reader reads into memory while decoding (next_shards.py); 0: none
 
     def open_shards(self, names: Sequence[str], etags: Sequence[str | None] | None = None
                     ) -> Iterator[tuple[str, BinaryIO]]:
@@ -220,18 +222,22 @@ class MountpointSource:
         if self.read_ahead_dir is not None:
             warmer = Warmer(self.root, names, self.read_ahead_dir, shards_ahead=self.shards_ahead,
                             slots=self.warm_slots).start()
+
+        def open_one(index: int) -> BinaryIO:
+            # open_resilient reopens and seeks back if the watchdog remounts under us, and
+            # fails at once if S3 no longer has the object.
+            # An early or empty end of file is checked against S3 (s3fs serves a file it can no longer
+            # fetch as empty): a failed read, retried through the remount.
+            # With its pin, every reopen first asks S3 whether the object is still the version read so far.
+            return open_resilient(os.path.join(self.root, names[index]), size_in_s3=store.size_now(names[index]),
+                                  pin=pins[index])
+
+        shards = NextShards(names, open_one, ahead=self.in_memory_ahead)
         try:
-            for index, name in enumerate(names):
+            for index, (name, stream) in enumerate(shards):
                 if warmer is not None:
                     warmer.at(index)
-                # open_resilient reopens and seeks back if the watchdog remounts under us, and
-                # fails at once if S3 no longer has the object.
-                # An early or empty end of file is checked against S3 (s3fs serves a file it can no longer
-                # fetch as empty): a failed read, retried through the remount.
-                # With its pin, every reopen first asks S3 whether the object is still the version read so far.
-                with open_resilient(os.path.join(self.root, name), size_in_s3=store.size_now(name),
-                                    pin=pins[index]) as stream:
-                    yield name, stream
+                yield name, stream
         finally:
             if warmer is not None:
                 warmer.stop()
@@ -239,7 +245,7 @@ class MountpointSource:
     def describe(self) -> dict[str, Any]:
         return {"kind": self.kind, "path": self.root, "backend": self.backend, "mount_pid": self.mount_pid,
                 "cache_dir": self.cache_dir, "cache_size_mb": self.cache_size_mb,
-                "read_ahead": self.read_ahead_dir is not None}
+                "read_ahead": self.read_ahead_dir is not None, "in_memory_ahead": self.in_memory_ahead}
 
     def map_reader(self, names: Sequence[str], *, ranged: bool = False,
                    etags: Sequence[str | None] | None = None) -> FileReader:
@@ -297,8 +303,12 @@ def mountpoint_source(uri: str, settings: S3Settings, *, backend: str = "auto", 
                                                      location.prefix).values())
         options = mountctl.cache_options(dataset_bytes, cache_dir, cache_size_mb)
     readers_on_node = max(1, readers or 1) * int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)
+    # Each reader's next shards read into memory while it decodes (next_shards.py): on by default, off with
+    # read_ahead=False. Each is a file open at once in the mount program, so the bound counts them.
+    in_memory_ahead = 0 if read_ahead is False else shards_in_memory(readers_on_node)
     if memory_mb is None and readers is not None:
-        memory_mb = memory_bound_mb(readers_on_node, shards_ahead if plan_read_ahead and cache else 0)
+        memory_mb = memory_bound_mb(readers_on_node,
+                                    in_memory_ahead + (shards_ahead if plan_read_ahead and cache else 0))
     if memory_mb is not None:
         options["memory_mb"] = memory_mb
     if objects is not None:
@@ -315,7 +325,8 @@ def mountpoint_source(uri: str, settings: S3Settings, *, backend: str = "auto", 
         yield MountpointSource(root=mounted.path, backend=mounted.backend, mount_pid=mounted.pid,
                                uri=str(location), settings=settings, cache_dir=cache_in_use.get("cache_dir"),
                                cache_size_mb=cache_in_use.get("cache_size_mb"), read_ahead_dir=record,
-                               shards_ahead=shards_ahead, warm_slots=warm_slots(readers_on_node))
+                               shards_ahead=shards_ahead, warm_slots=warm_slots(readers_on_node),
+                               in_memory_ahead=in_memory_ahead)
 
 
 def check_from_index(source_kind: str, backend: str, from_index: bool) -> None:
@@ -336,17 +347,17 @@ def check_from_index(source_kind: str, backend: str, from_index: bool) -> None:
 def add_mountpoint_arguments(parser: Any) -> None:
     """This kind's command-line options (``resnet.py train`` and ``bench``): the cache and read-ahead."""
     parser.add_argument("--no-cache", dest="cache", action="store_false",
-                        help="mountpoint kind: no node-local data cache (and so no read-ahead)")
+                        help="mountpoint kind: no node-local data cache (and so no --read-ahead into it)")
     parser.add_argument("--cache-dir", default=None,
                         help="mountpoint kind: where the data cache lives (default: $MOUNTCTL_HOME/cache)")
     parser.add_argument("--cache-size-mb", type=int, default=None,
                         help="mountpoint kind: data cache cap in MiB (default: the dataset's size, at most "
                         "half the free disk)")
     parser.add_argument("--read-ahead", action=argparse.BooleanOptionalAction, default=None,
-                        help="mountpoint kind, with the cache: warm each reader's next shards into it (default off: "
-                        "with a shard's first GET covering 16 MiB it ties, for a second pass through FUSE, "
-                        "docs/training.md); a per-file dataset mounted --from-index is warmed whole by mount-s3 when "
-                        "it fits the cache unless --no-read-ahead")
+                        help="mountpoint kind: by default each reader reads its next shards into memory while it "
+                        "decodes (1 to 4 a reader, by the node's memory); --read-ahead also warms its next 2 shards "
+                        "into the cache (it ties, docs/training.md); --no-read-ahead reads each shard only when its "
+                        "turn comes, and turns off mount-s3's warm of a per-file dataset mounted --from-index")
     parser.add_argument("--from-index", action=argparse.BooleanOptionalAction, default=False,
                         help="mountpoint kind: mount exactly the objects the dataset's index lists, with mountctl's "
                         "mount-s3: no LIST or HEAD per open, each read pinned to the indexed ETag (default off)")

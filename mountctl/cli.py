@@ -181,20 +181,17 @@ def configure(argv: list[str]) -> argparse.Namespace:
 
 
 def _cmd_mount(args: argparse.Namespace) -> int:
+    from .mounts.warm import WARM_AUTO, read_listing, warm_for
     from .shared import acquire
 
     spec = _mount_spec(args)
     if args.warm not in (None, "off"):
-        from .mounts.warm import read_listing
-
         read_listing(spec.warm or "all")  # a list that cannot be read fails here, not in the supervisor's log
     if spec.objects:
         from .mounts.object_list import read_object_list
 
         read_object_list(spec.objects)  # likewise for a list of objects
     handle = acquire(spec, pinned=True, watchdog=not args.no_watchdog)
-    from .mounts.warm import WARM_AUTO, warm_for
-
     warm = warm_for(spec.warm, handle.backend, bool(spec.cache_dir))
     warming = ("" if not warm else "; warming its cache in the background, if all of it fits (--no-warm: off)"
                if warm == WARM_AUTO else "; warming its cache in the background")

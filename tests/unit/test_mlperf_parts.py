@@ -155,6 +155,13 @@ def test_each_program_is_measured_plain_and_with_its_cache_warmed_ahead():
     assert mount_routes(("rclone",), False) == ["mount/rclone"]
 
 
+def test_a_quick_run_keeps_to_the_defaults_and_mount_s3s_own_choice_at_two_accelerators():
+    assert mount_routes(("mount-s3", "rclone", "s3fs"), True, quick=True) == [
+        "mount/mount-s3", "mount/mount-s3+no-warm", "mount/rclone", "mount/s3fs", "mount/mount-s3+index"]
+    assert MlperfConfig(uri="s3://bench/p/", scale="quick").counts == (2,)
+    assert MlperfConfig(uri="s3://bench/p/", scale="quick", accelerators=(1, 2)).counts == (1, 2)
+
+
 def test_mount_s3_warms_by_itself_so_its_other_choice_is_measured_without_the_warm():
     assert mount_routes(("mount-s3",), True) == ["mount/mount-s3", "mount/mount-s3+no-warm", "mount/mount-s3+index"]
 

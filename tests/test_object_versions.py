@@ -282,3 +282,42 @@ def test_read_ahead_through_mount_s3_never_serves_a_shard_replaced_after_it_was_
     else:
         _assert_one_line_naming(refused, uri + victim, manifest.shards[2].etag, new_etag)
         assert victim not in read
+
+
+def test_the_default_read_ahead_into_memory_serves_the_indexed_version_or_refuses_never_the_new_bytes(
+        s3_env, s3, bucket, mount_root):
+    """By default each reader reads its next shards into memory on threads (next_shards.py). A shard overwritten
+    after it was read ahead is delivered as the version the index names (the bytes read before the overwrite); a
+    shard overwritten before its read began is refused in one line at its turn, after every shard before it."""
+    from mountctl.mounts.backends import BACKENDS
+    from mountctl.pytorch.data.manifest import load_manifest
+
+    from torch_support import make_tiny_dataset
+
+    require_fuse()
+    if not BACKENDS["mount-s3"].available():
+        missing("mount-s3 is not installed; `bash scripts/setup.sh` builds it")
+    uri = f"s3://{bucket}/data/"
+    make_tiny_dataset(uri, num_images=96, shard_size="8KB")
+    manifest = load_manifest(resolve(), uri)
+    names = [shard.name for shard in manifest.shards]
+    old = {name: s3.get_object(Bucket=bucket, Key="data/" + name)["Body"].read() for name in names}
+    with open_source("mountpoint", uri, resolve(), backend="mount-s3", mount_dir=str(mount_root / "m")) as source:
+        ahead = source.describe()["in_memory_ahead"]
+        assert ahead >= 1 and len(names) > ahead + 2, (ahead, len(names))
+        near, far = names[1], names[ahead + 2]  # read ahead at the first shard; not yet started
+        shards = source.open_shards(names, [shard.etag for shard in manifest.shards])
+        _, first = next(shards)
+        time.sleep(1.0)  # the threads read the next shards, 8 KB each, meanwhile
+        for victim in (near, far):
+            body = old[victim]
+            _put(s3, bucket, "data/" + victim, body[:-1] + bytes([body[-1] ^ 1]))
+        assert first.read() == old[names[0]]
+        read = [names[0]]
+        with pytest.raises(ObjectChanged) as refused:
+            for name, stream in shards:
+                assert stream.read() == old[name], f"{name} was served with bytes the index does not name"
+                read.append(name)
+    assert near in read, "a shard read ahead before its overwrite is the indexed version: it should be served"
+    assert read == names[:names.index(far)], "every shard before the refused one is delivered, none after"
+    assert f"{uri}{far}" in str(refused.value).splitlines()[0]

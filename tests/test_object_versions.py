@@ -237,11 +237,8 @@ def test_train_stops_in_one_line_naming_the_replaced_shard_and_its_fix(s3_env, s
     assert f"resnet.py make {uri}" in lines[0] or f"resnet.py index {uri}" in lines[0], lines[0]
 
 
-def test_read_ahead_through_mount_s3_never_serves_a_shard_replaced_after_it_was_warmed(s3_env, s3, bucket,
-                                                                                      mount_root):
-    """Mountpoint's default read-ahead warms a reader's next shards into mount-s3's cache before the reader gets
-    there. A shard overwritten after it was warmed (same size, one bit apart) must then be read as the version the
-    index names, whole, or refused in one line: never the new bytes, never a mix."""
+def _tiny_shards_for_mount_s3(s3, bucket: str, *, num_images: int):
+    """(uri, manifest, shard names, each shard's bytes now) of a tiny dataset of 8 KB shards, for mount-s3."""
     from mountctl.mounts.backends import BACKENDS
     from mountctl.pytorch.data.manifest import load_manifest
 
@@ -251,11 +248,20 @@ def test_read_ahead_through_mount_s3_never_serves_a_shard_replaced_after_it_was_
     if not BACKENDS["mount-s3"].available():
         missing("mount-s3 is not installed; `bash scripts/setup.sh` builds it")
     uri = f"s3://{bucket}/data/"
-    make_tiny_dataset(uri, num_images=48, shard_size="8KB")
+    make_tiny_dataset(uri, num_images=num_images, shard_size="8KB")
     manifest = load_manifest(resolve(), uri)
-    assert len(manifest.shards) >= 4
     names = [shard.name for shard in manifest.shards]
     old = {name: s3.get_object(Bucket=bucket, Key="data/" + name)["Body"].read() for name in names}
+    return uri, manifest, names, old
+
+
+def test_read_ahead_through_mount_s3_never_serves_a_shard_replaced_after_it_was_warmed(s3_env, s3, bucket,
+                                                                                      mount_root):
+    """Mountpoint's default read-ahead warms a reader's next shards into mount-s3's cache before the reader gets
+    there. A shard overwritten after it was warmed (same size, one bit apart) must then be read as the version the
+    index names, whole, or refused in one line: never the new bytes, never a mix."""
+    uri, manifest, names, old = _tiny_shards_for_mount_s3(s3, bucket, num_images=48)
+    assert len(manifest.shards) >= 4
     victim = names[2]
     with open_source("mountpoint", uri, resolve(), backend="mount-s3", mount_dir=str(mount_root / "m"),
                      read_ahead=True) as source:
@@ -289,19 +295,7 @@ def test_the_default_read_ahead_into_memory_serves_the_indexed_version_or_refuse
     """By default each reader reads its next shards into memory on threads (next_shards.py). A shard overwritten
     after it was read ahead is delivered as the version the index names (the bytes read before the overwrite); a
     shard overwritten before its read began is refused in one line at its turn, after every shard before it."""
-    from mountctl.mounts.backends import BACKENDS
-    from mountctl.pytorch.data.manifest import load_manifest
-
-    from torch_support import make_tiny_dataset
-
-    require_fuse()
-    if not BACKENDS["mount-s3"].available():
-        missing("mount-s3 is not installed; `bash scripts/setup.sh` builds it")
-    uri = f"s3://{bucket}/data/"
-    make_tiny_dataset(uri, num_images=96, shard_size="8KB")
-    manifest = load_manifest(resolve(), uri)
-    names = [shard.name for shard in manifest.shards]
-    old = {name: s3.get_object(Bucket=bucket, Key="data/" + name)["Body"].read() for name in names}
+    uri, manifest, names, old = _tiny_shards_for_mount_s3(s3, bucket, num_images=96)
     with open_source("mountpoint", uri, resolve(), backend="mount-s3", mount_dir=str(mount_root / "m")) as source:
         ahead = source.describe()["in_memory_ahead"]
         assert ahead >= 1 and len(names) > ahead + 2, (ahead, len(names))

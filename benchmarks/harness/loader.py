@@ -35,7 +35,7 @@ class BenchConfig:
     cache: bool = True  # mountpoint kind: see TrainConfig
     cache_dir: str | None = None
     cache_size_mb: int | None = None
-    read_ahead: bool | None = None  # None: the mountpoint kind's default (on with mount-s3)
+    read_ahead: bool | None = None  # None: the mountpoint kind's default (next shards read into memory)
     from_index: bool = False
 
     def __post_init__(self) -> None:

@@ -150,8 +150,9 @@ class TrainConfig:
     cache: bool = True  # mountpoint kind: node-local data cache of the mount
     cache_dir: str | None = None  # None: $MOUNTCTL_HOME/cache
     cache_size_mb: int | None = None  # None: the dataset's size, at most half the free disk
-    # mountpoint kind, with the cache: True warms each reader's next shards; None (default): not, but a per-file
-    # dataset mounted --from-index is warmed whole by mount-s3 when it fits; False: neither
+    # mountpoint kind: None (default) each reader reads its next shards into memory while it decodes, and a per-file
+    # dataset mounted --from-index is warmed whole by mount-s3 when it fits; True also warms each reader's next
+    # shards into the cache; False: none of these
     read_ahead: bool | None = None
     from_index: bool = False  # mountpoint kind: mount exactly the index's objects (mount-s3's manifest mount)
     data_wait_threshold: float = 0.2  # above this share of step time waiting for data, one line says what to try

@@ -267,9 +267,10 @@ def mountpoint_source(uri: str, settings: S3Settings, *, backend: str = "auto", 
     route reads what the other kinds read; ranks making the same request share one mount.
     With ``cache`` (the default) the program keeps what it read on the node's disk
     (``$MOUNTCTL_HOME/cache`` or ``cache_dir``; size: ``dataset_bytes``, at most half the
-    free disk, or ``cache_size_mb``) for the mount's lifetime, and with ``read_ahead=True`` each reader warms its
-    next ``shards_ahead`` shards into it (``None``, the default, and ``False``: not; measured, docs/training.md
-    "Read-ahead").  Pass ``dataset_bytes``
+    free disk, or ``cache_size_mb``) for the mount's lifetime. Each reader reads its next shards into memory on
+    threads while it decodes (``read_ahead=None``, the default; ``next_shards.py``, 1 to 4 a reader by the node's
+    memory); ``read_ahead=True`` also warms its next ``shards_ahead`` shards into the cache, and ``False`` reads
+    each shard only at its turn (measured, docs/training.md "Read-ahead").  Pass ``dataset_bytes``
     from the manifest: without it the size is one LIST of the objects directly under the prefix,
     which misses the files layout's ``train/<class>/`` objects.  ``readers`` (DataLoader workers
     per rank) bounds the program's memory to what the plan reads at once, for every rank on this

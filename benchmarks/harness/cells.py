@@ -45,7 +45,7 @@ def route_options(uri: str, settings: S3Settings, backend: str, *, whole_files: 
     options: dict[str, Any] = {"backend": program, "read_ahead": route_read_ahead(backend), "whole_files": whole_files}
     if from_index:
         options["objects"] = object_list_for(load_manifest(settings, uri), settings, uri)
-    if backend.endswith(READ_AHEAD_ROUTE):
+    if options["read_ahead"]:
         # The read-ahead is not part of what a mount serves, so this route would join the default route's shared
         # mount, and its epoch 1 would read the cache the default's two epochs had filled. A cache of its own is a
         # request of its own: a fresh mount, cold like every other route's.

@@ -286,9 +286,13 @@ def mount_routes(backends: tuple[str, ...], warm: bool, *, quick: bool = False) 
     mount-s3 once more mounted from a list of the objects (``mount/mount-s3+index``: no LIST or HEAD while DLIO
     runs)."""
     chosen = backends or installed_backends()
-    routes = [f"mount/{b}{suffix}" for b in chosen
-              for suffix in ("", "+no-warm" if b == "mount-s3" else "+warm")[:1 + (warm and (b == "mount-s3"
-                                                                                          or not quick))]]
+    routes = []
+    for b in chosen:
+        routes.append(f"mount/{b}")
+        if warm and b == "mount-s3":
+            routes.append(f"mount/{b}+no-warm")
+        elif warm and not quick:
+            routes.append(f"mount/{b}+warm")
     return routes + (["mount/mount-s3+index"] if "mount-s3" in chosen else [])
 
 

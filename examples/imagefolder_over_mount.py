@@ -24,7 +24,7 @@ import time
 import torch
 
 import mountctl
-from mountctl.pytorch.data.mapstyle import collate, image_folder
+from mountctl.pytorch.data.datasets.mapstyle import collate, image_folder
 from mountctl.pytorch.fallback import example_uri
 
 

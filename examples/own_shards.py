@@ -18,7 +18,7 @@ import os
 import tempfile
 
 import mountctl
-from mountctl.pytorch.data.indexer import IndexConfig, index_data
+from mountctl.pytorch.data.index.indexer import IndexConfig, index_data
 from mountctl.pytorch.fallback import run_with_uri, write_unless_present
 from mountctl.pytorch.training.trainer import TrainConfig, train
 

@@ -22,8 +22,8 @@ import torch
 from torchdata.nodes import Loader, PinMemory, Prefetcher
 
 from mountctl import resolve
-from mountctl.pytorch.data.manifest import load_manifest
-from mountctl.pytorch.data.nodes import ShardBatchNode
+from mountctl.pytorch.data.datasets.torchdata_nodes import ShardBatchNode
+from mountctl.pytorch.data.index.manifest import load_manifest
 from mountctl.pytorch.data.sources import open_source
 
 

@@ -29,7 +29,7 @@ from .errors import (
 from .local_s3.far_proxy import FarProfile, FarProxy
 from .local_s3.ports import port_free
 from .local_s3.server import LocalS3, uri_or_embedded
-from .mounts.backends import backend_versions, installed_backends
+from .mounts.backends import backend_versions, get_backend, installed_backends
 from .mounts.cache import cache_options, mount_cache_dir
 from .mounts.handle import MountHandle
 from .mounts.health import Health, HealthState
@@ -38,10 +38,11 @@ from .mounts.object_list import ListedObject, read_object_list, write_object_lis
 from .mounts.object_version import VersionPin
 from .mounts.resilient import open_resilient
 from .mounts.spec import BACKEND_NAMES, MountSpec
+from .observability import status
 from .paths import private_dir
 from .redaction import redact
 from .s3 import S3Settings, S3Uri, parse_s3_uri, resolve
-from .shared import SharedMount, mount, status
+from .shared import SharedMount, mount
 
 __all__ = [
     "ListedObject",
@@ -60,6 +61,7 @@ __all__ = [
     "MountSpec",
     "BACKEND_NAMES",
     "installed_backends",
+    "get_backend",
     "backend_versions",
     "Health",
     "HealthState",

@@ -58,7 +58,8 @@ def _parser() -> argparse.ArgumentParser:
     m.add_argument("--cache-dir", help="local cache directory (enables the program's data cache, in a private "
                    "subdirectory of its own, removed at unmount)")
     m.add_argument("--cache-size-mb", type=int, help="cap on the data cache, in MiB (at most half the free disk)")
-    m.add_argument("--metadata-ttl", type=float, default=60.0, help="seconds to cache listings and attributes")
+    m.add_argument("--metadata-ttl", type=float, default=MountSpec.metadata_ttl_s,
+                   help="seconds to cache listings and attributes (default: %(default)s)")
     m.add_argument("--endpoint-url", help="S3 endpoint (default: AWS_ENDPOINT_URL or AWS)")
     m.add_argument("--region", help="S3 region (default: AWS_REGION or us-east-1)")
     m.add_argument("--uid", type=int, help="owner uid of the files")
@@ -221,7 +222,7 @@ def _cmd_unmount(args: argparse.Namespace) -> int:
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
-    from .shared import status
+    from .observability import status
 
     rows = status(args.timeout)
     if args.json:
@@ -249,7 +250,7 @@ def _cmd_exporter(args: argparse.Namespace) -> int:
     import signal
     import threading
 
-    from .shared.exporter import Exporter, parse_listen
+    from .observability.exporter import Exporter, parse_listen
 
     host, port = parse_listen(args.listen)
     try:

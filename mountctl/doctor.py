@@ -14,7 +14,7 @@ from . import paths
 from .errors import MountctlError
 from .local_s3.server import sweep_stray_server_files
 from .mounts.backends import BACKENDS, MountS3
-from .mounts.backends.mount_s3 import sweep_manifest_stores
+from .mounts.backends.mount_s3 import sweep_object_list_stores
 from .mounts.fusectl import force_clear
 from .mounts.health import mount_health
 from .mounts.mounttable import find_mount, read_mount_table
@@ -22,7 +22,6 @@ from .mounts.object_list import sweep_unused_lists
 from .mounts.scratch import sweep_abandoned_workdirs
 from .processes import process_alive
 from .s3 import check_bucket_access, parse_s3_uri, resolve
-from .shared.client import clear_abandoned
 from .shared.registry import Registry
 
 __all__ = ["run_checks", "cleanup", "CleanupReport"]
@@ -101,15 +100,12 @@ def cleanup() -> CleanupReport:
     registry = Registry()
     for record in registry.records():
         mount_dir = record.mount_dir
-        if process_alive(record.supervisor):
+        if record.supervised() or not registry.clear_if_abandoned(mount_dir):  # it may have just started anew
             continue
-        with registry.locked(mount_dir):  # checked again under the lock: it may have just been started anew
-            if not clear_abandoned(mount_dir, registry.read(mount_dir), registry):
-                continue
         report.cleared.append(f"abandoned mount {mount_dir} ({record.uri})")
     report.cleared += sweep_abandoned_workdirs()
     report.cleared += [f"unused object list {path}" for path in sweep_unused_lists()]
-    report.cleared += sweep_manifest_stores()  # what an older mountctl's list mounts left in the temp dir
+    report.cleared += sweep_object_list_stores()  # what an older mountctl's list mounts left in the temp dir
     report.cleared += [f"stray local S3 server file {path}" for path in sweep_stray_server_files()]
     managed = paths.managed_mounts_dir()
     for entry in read_mount_table():

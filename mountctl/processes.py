@@ -1,7 +1,8 @@
 """Is this process alive? A process is named by pid and start time, so a recycled pid never counts.
 
-Also how a child that leads its own process group is killed, so the group goes with it, and which files any
-process still uses (before one that may outlive its owner is removed).
+Also how a child that leads its own process group is killed, so the group goes with it, which files any
+process still uses (before one that may outlive its owner is removed), and how a Python child of ours starts
+without importing from the caller's working directory.
 """
 
 from __future__ import annotations
@@ -9,10 +10,17 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-from collections.abc import Iterable
+import sys
+from collections.abc import Iterable, Mapping
 from typing import Any
 
-__all__ = ["process_identity", "process_alive", "pid_running", "kill_group", "paths_in_use"]
+__all__ = ["process_identity", "process_alive", "pid_running", "kill_group", "paths_in_use", "CHILD_CWD",
+           "python_module_argv", "python_child_env"]
+
+# Where a Python child of ours runs.  `python -m` puts its working directory first on sys.path, so started from
+# the caller's (/tmp, a shared scratch folder) a `mountctl/` package that another user planted there would run
+# in our place, as root.  "/" only root can write.
+CHILD_CWD = "/"
 
 
 def process_identity(pid: int | None = None) -> dict[str, Any]:
@@ -94,3 +102,27 @@ def paths_in_use(candidates: Iterable[str]) -> set[str]:
         except OSError:  # gone meanwhile, or not ours to look into
             continue
     return found
+
+
+def python_module_argv(module: str, *args: str) -> list[str]:
+    """The command line that runs ``module`` of ours in this interpreter, never from the working directory.
+
+    -P (Python 3.11+) keeps even ``CHILD_CWD`` off sys.path.  Not -I: it would drop PYTHONPATH too, through
+    which a job under another uid (SLURM) finds this checkout.  Start it with ``cwd=CHILD_CWD`` and
+    ``env=python_child_env(...)``; every path in ``args`` must be absolute.
+    """
+    safe_path = ["-P"] if sys.version_info >= (3, 11) else []
+    return [sys.executable, *safe_path, "-m", module, *args]
+
+
+def python_child_env(env: Mapping[str, str]) -> dict[str, str]:
+    """``env`` with a PYTHONPATH that cannot name the working directory: its empty entries (which mean the
+    working directory) are dropped, and relative ones made absolute against the caller's."""
+    child = dict(env)
+    child.pop("PYTHONSAFEPATH", None)  # -P says it; nothing to inherit
+    entries = [os.path.abspath(entry) for entry in child.get("PYTHONPATH", "").split(os.pathsep) if entry]
+    if entries:
+        child["PYTHONPATH"] = os.pathsep.join(entries)
+    else:
+        child.pop("PYTHONPATH", None)
+    return child

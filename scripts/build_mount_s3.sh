@@ -33,7 +33,9 @@ cache=${MOUNTCTL_BUILD_CACHE:-$HOME/.cache/mountctl}
 target=$cache/mount-s3-target
 dest=.venv/libexec/mount-s3
 stamp=.venv/libexec/.mount-s3.sha256
-want=$(cat mount-s3/Cargo.toml mount-s3/Cargo.lock mount-s3/build.rs mount-s3/src/*.rs | sha256sum | cut -d' ' -f1)
+# Every source file, in every folder of src/ (a change in src/ahead/ must rebuild too), in a fixed order.
+want=$( (cat mount-s3/Cargo.toml mount-s3/Cargo.lock mount-s3/build.rs
+         find mount-s3/src -name '*.rs' -print0 | LC_ALL=C sort -z | xargs -0 cat) | sha256sum | cut -d' ' -f1)
 if [ -x "$dest" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$want" ]; then
   exit 0
 fi
@@ -48,7 +50,7 @@ mkdir -p "$cache"
 if [ -x "$target/release/mount-s3" ]; then
   echo "setup: building mount-s3 (the crates are cached in $target; expect under a minute)"
 else
-  echo "setup: building mount-s3 from AWS's Mountpoint crates (expect about 6 min on a fresh 2-core machine, once; cached in $target)"
+  echo "setup: building mount-s3 from AWS's Mountpoint crates (expect 5-15 min on a fresh 2-core machine, beside the other installs; once: cached in $target)"
 fi
 log=$cache/mount-s3-build.log
 started=$SECONDS
@@ -58,4 +60,5 @@ if ! CARGO_TARGET_DIR=$target "$cargo" build --release --locked --manifest-path 
 fi
 install -D -m 0755 "$target/release/mount-s3" "$dest"
 echo "$want" > "$stamp"
-echo "setup: mount-s3 built in $((SECONDS - started)) s: $("$dest" --version)"
+took=$((SECONDS - started))
+echo "setup: mount-s3 built in $((took / 60)) min $((took % 60)) s: $("$dest" --version)"

@@ -28,8 +28,11 @@ s3 = boto3.client("s3")
 for i in range(3):
     s3.put_object(Bucket="mountctl", Key=f"demo/file-{i}.txt", Body=f"hello from object {i}\n".encode())
 PY
+# Ask mountctl which programs it can run (as `mountctl doctor` does), not `command -v`: its own mount-s3 lives in
+# .venv/libexec, off PATH, so that AWS's, when installed, wins. mount-s3 first: it is auto's first choice.
+installed=" $(python -c 'import mountctl; print(*mountctl.installed_backends())') "
 for backend in mount-s3 rclone s3fs; do
-  if ! command -v "$backend" >/dev/null; then echo "-- $backend: not installed, skipped"; continue; fi
+  if [[ "$installed" != *" $backend "* ]]; then echo "-- $backend: not installed (mountctl doctor says why), skipped"; continue; fi
   mountctl mount s3://mountctl/demo/ "$mnt/m" --backend "$backend"
   echo "-- $backend: ls shows: $(ls "$mnt/m" | tr '\n' ' ')"
   echo "-- $backend: cat file-1.txt: $(cat "$mnt/m/file-1.txt")"

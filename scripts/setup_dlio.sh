@@ -2,7 +2,7 @@
 # Builds .venv-dlio: DLIO (MLPerf Storage's engine) in an environment of its own, for
 # `resnet.py bench --suite mlperf`. Safe to run again (a stamp of the pins skips a finished install).
 # --install-only installs the packages and stops before the import check (scripts/setup.sh runs it beside
-# .venv's own install, then runs this again for the check).
+# .venv's own install, then runs this again with --quiet for the check: --quiet prints nothing when all is done).
 #
 # Why its own environment: dlio-benchmark 2.0.0 declares tensorflow, nvidia-dali and torch as
 # hard dependencies and pins pydftracer; installed into .venv they would move pins that mountctl's
@@ -45,7 +45,8 @@ stamp=$venv/.pins.sha256
 installed=$venv/.installed.sha256
 want=$(printf '%s\n' "${pins[@]}" "$base_site" | sha256sum | cut -d' ' -f1)
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
-  [ "${1:-}" = "--install-only" ] || echo "setup_dlio: ready, already up to date ($venv/bin/dlio_benchmark)"
+  # scripts/setup.sh's two runs (--install-only, --quiet) say nothing when there is nothing to do
+  case "${1:-}" in --install-only|--quiet) ;; *) echo "setup_dlio: ready, already up to date ($venv/bin/dlio_benchmark)" ;; esac
   exit 0
 fi
 
@@ -62,6 +63,7 @@ if [ ! -f "$installed" ] || [ "$(cat "$installed")" != "$want" ]; then
   "${uv[@]}" --no-deps dlio-benchmark==2.0.0
   echo "$base_site" > "$site/zz_mountctl_venv.pth"
   echo "$want" > "$installed"
+  echo "setup_dlio: DLIO's packages installed in $SECONDS s"
 fi
 [ "${1:-}" = "--install-only" ] && exit 0
 

@@ -55,6 +55,29 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
 # A handler here is reset to the default in each child at exec; this process still outlives a hangup, as asked.
 if signal.getsignal(signal.SIGHUP) is signal.SIG_IGN:
     signal.signal(signal.SIGHUP, lambda signum, frame: None)
+# A stopped run (a CI limit's SIGTERM, `timeout`, a scheduler) must end what its fixtures started: weed servers,
+# far-store proxies, mounts, and the worker's /tmp/mctl-gw* folder. Python dies of SIGTERM without unwinding, so the
+# first one becomes KeyboardInterrupt, which pytest answers by stopping and running every fixture's teardown (the
+# controller and each xdist worker alike); later ones are ignored, so that the teardown is not cut short. A process
+# forked from this one (a DataLoader worker) still dies of it, as it did before.
+_SUITE_PID = os.getpid()
+_finishing = False
+
+
+def _stop_the_run(signum: int, frame: object) -> None:
+    global _finishing
+    if os.getpid() != _SUITE_PID:
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+        return
+    if _finishing:
+        return
+    _finishing = True
+    raise KeyboardInterrupt(f"the test run was stopped by signal {signum}: ending what its fixtures started")
+
+
+if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+    signal.signal(signal.SIGTERM, _stop_the_run)
 
 from mountctl.local_s3.server import LocalS3  # noqa: E402
 from mountctl.mounts.backends import BACKENDS  # noqa: E402
@@ -89,7 +112,7 @@ def _aws_environment_restored():
 
 @pytest.fixture(scope="session")
 def local_s3():
-    server = LocalS3(os.path.join(_SESSION_HOME, "local-s3"))
+    server = LocalS3(os.path.join(_SESSION_HOME, "local-s3"), ends_with_owner=True)  # even a SIGKILLed run's stops
     try:
         server.weed()
     except Exception as exc:
@@ -124,11 +147,19 @@ def server_files_in_tmp(pid: int, ports: list[int], tmp_dir: str = "/tmp") -> li
     return sorted(found)
 
 
+@pytest.hookimpl(wrapper=True)
 def pytest_sessionfinish(session, exitstatus):
-    shutil.rmtree(_SESSION_HOME, ignore_errors=True)
-    # Never remove through a mount a test left behind: its files are a bucket's objects.
-    if _WORKER_TMP and not [e for e in read_mount_table() if e.mount_point.startswith(_WORKER_TMP)]:
-        shutil.rmtree(_WORKER_TMP, ignore_errors=True)
+    """The folders go after the fixtures' teardown (pytest's own sessionfinish, inside the yield): the servers
+    whose data they hold are stopped by then."""
+    global _finishing
+    _finishing = True  # a SIGTERM from here on must not cut the teardown short
+    try:
+        return (yield)
+    finally:
+        shutil.rmtree(_SESSION_HOME, ignore_errors=True)
+        # Never remove through a mount a test left behind: its files are a bucket's objects.
+        if _WORKER_TMP and not [e for e in read_mount_table() if e.mount_point.startswith(_WORKER_TMP)]:
+            shutil.rmtree(_WORKER_TMP, ignore_errors=True)
 
 
 @pytest.fixture

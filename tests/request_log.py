@@ -58,6 +58,16 @@ class LoggedStore:
                 counts[method] += 1
         return counts
 
+    def gets_by_name(self, mark: int) -> dict[str, list[int]]:
+        """The HTTP status of every GET of each dataset file since ``mark``, by file name."""
+        found: dict[str, list[int]] = collections.defaultdict(list)
+        for line in self._lines()[mark:self.mark()]:
+            method, uri, status = line.split(" ", 3)[:3]
+            where = f"/{self.bucket}/{PREFIX}"
+            if method == "GET" and where in uri and "prefix=" not in uri:
+                found[uri.split(where, 1)[1].split("?", 1)[0]].append(int(status))
+        return found
+
     def settle(self, mark: int, method: str, count: int, timeout_s: float = 30.0) -> None:
         """Wait (bounded) until ``count`` requests of ``method`` since ``mark`` are logged.
 

@@ -10,6 +10,7 @@ carries its set-up, hence the module's bound of 20 minutes, which a loaded machi
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import urllib.parse
@@ -19,13 +20,13 @@ import pytest
 
 from benchmarks.harness import preset
 from benchmarks.harness.bytes_path import READ_SIZE, bytes_routes
+from benchmarks.harness.limits import LOCAL
+from benchmarks.harness.loader_cells import source_plan
 from benchmarks.harness.stores import STORES, plan_stores
-from benchmarks.harness.sweep import EPOCHS, LOCAL, source_plan
+from benchmarks.harness.sweep_run import EPOCHS
 from mountctl import FarProfile, installed_backends
 from mountctl.errors import InvalidSpec
 from resnet import build_parser
-
-from conftest import new_children
 
 pytestmark = pytest.mark.timeout(1200)
 
@@ -98,7 +99,8 @@ def test_bytes_cells_cover_every_route_both_epochs_and_every_reader_count(sweep)
         for e in EPOCHS}
     for cell in moved:
         assert cell["status"] == "ok", cell
-        assert cell["mb_per_s"] > 0 and cell["ratio_to_raw_get"] > 0 and cell["loader_cpu_pct"] > 0
+        # The reader's CPU share is sampled: a cell read from kept pages can end between two samples (seen: 0.0).
+        assert cell["mb_per_s"] > 0 and cell["ratio_to_raw_get"] > 0 and cell["loader_cpu_pct"] >= 0
         assert 0 < cell["member_bytes"] < cell["bytes"]  # the tar walk read the members, not the headers
         if cell["kind"] == "mountpoint":
             assert cell["program_cpu_pct"] is not None and cell["program_peak_rss_mb"] > 0
@@ -257,6 +259,19 @@ def test_loader_and_training_figures_lead_with_the_whole_epoch(sweep):
         assert header.index("first batch e1 s") < header.index("s e1 |") < header.index("after warm-up"), header
 
 
+def _new_processes_but_proxy_workers(before: set[int]) -> list[str]:
+    """Command lines of this process's descendants not in ``before``, leaving out workers of a proxy in ``before``."""
+    found = []
+    for child in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            if child.pid in before or child.status() == psutil.STATUS_ZOMBIE:
+                continue
+            line = " ".join(child.cmdline())
+            if not (line.startswith("nginx: worker") and child.ppid() in before):
+                found.append(line)
+    return found
+
+
 def test_a_bench_against_the_embedded_far_profile_takes_its_proxy_as_the_far_store(local_s3):
     """`MOUNTCTL_STORE=far benchmarks/bench.sh`: the local store is the server behind the proxy, not a proxy of a proxy."""
     direct = local_s3.settings()
@@ -270,7 +285,8 @@ def test_a_bench_against_the_embedded_far_profile_takes_its_proxy_as_the_far_sto
         before = {p.pid for p in psutil.Process().children(recursive=True)}
         with plan.settings("far", "/nonexistent/unused") as through:
             assert through.endpoint_url == far.endpoint_url
-            assert new_children(before, wait_s=0) == []  # no second proxy
+            # No second proxy.  The running proxy's nginx may still be forking its workers: those are not new.
+            assert _new_processes_but_proxy_workers(before) == []
         # Another profile asked for: a proxy of its own before the server itself.
         other = plan_stores("far", far, latency_ms=3.0)
         assert other.running_far is None and other.origin.endpoint_url == direct.endpoint_url

@@ -15,12 +15,12 @@ import os
 import sys
 
 import pytest
-from request_log import logged_store
 
 import mountctl
 from mountctl.s3 import client as s3_client
 
 from conftest import require_fuse
+from request_log import logged_store
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks", "lab"))
 big_prefix = importlib.import_module("big_prefix")  # the script's own measuring code, so the two cannot drift

@@ -10,13 +10,13 @@ import pytest
 
 from mountctl import resolve
 from mountctl.mounts.backends import BACKENDS
-from mountctl.pytorch.data.dataset import EpochLoader, ShardDataset
-from mountctl.pytorch.data.manifest import load_manifest
-from mountctl.pytorch.data.sources import open_source
+from mountctl.pytorch.data.datasets.dataset import EpochLoader, ShardDataset
+from mountctl.pytorch.data.index.manifest import load_manifest
+from mountctl.pytorch.data.sources import MountpointOptions, open_source
 from mountctl.shared import Registry
 
 from conftest import missing, require_fuse
-from torch_support import make_tiny_dataset
+from torch_support import make_tiny_dataset, read_epoch_through_a_fault
 
 IMAGES = 96
 
@@ -36,18 +36,13 @@ def test_epoch_survives_daemon_kill_with_every_sample_exactly_once(program, read
     settings = resolve()
     manifest = load_manifest(settings, uri)
     directory = str(mount_root / "m")
-    seen: list[int] = []
-    with open_source("mountpoint", uri, settings, backend=program, mount_dir=directory,
-                     read_ahead=read_ahead) as source:
+    options = MountpointOptions(backend=program, mount_dir=directory, read_ahead=read_ahead)
+    with open_source("mountpoint", uri, settings, mountpoint=options) as source:
         dataset = ShardDataset(manifest, source, batch_size=4, seed=0)
         loader = EpochLoader(dataset, epoch_fn=lambda: 0, num_workers=2, timeout=120)
         started = time.monotonic()
-        for number, batch in enumerate(loader):
-            seen.extend(int(i) for i in batch["index"])
-            time.sleep(0.2)  # a training step: the workers cannot read everything ahead of the kill
-            if number == 0:
-                os.kill(source.mount_pid, signal.SIGKILL)
-                killed = time.monotonic()
+        seen, killed = read_epoch_through_a_fault(loader, lambda: os.kill(source.mount_pid, signal.SIGKILL),
+                                                  step_s=0.2)
         record = Registry().read(directory)
         print(f"\n[kill -9 mid-epoch, {program}] samples expected {IMAGES} delivered {len(seen)} distinct {len(set(seen))}; "
               f"epoch took {time.monotonic() - started:.2f}s ({time.monotonic() - killed:.2f}s after the kill); "

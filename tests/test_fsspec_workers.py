@@ -15,9 +15,9 @@ SCRIPT = textwrap.dedent("""
     import sys
     from torch.utils.data import DataLoader
     from mountctl import resolve
-    from mountctl.pytorch.data.dataset import EpochLoader, ShardDataset
-    from mountctl.pytorch.data.manifest import load_manifest
-    from mountctl.pytorch.data.mapstyle import MapSampleDataset, collate
+    from mountctl.pytorch.data.datasets.dataset import EpochLoader, ShardDataset
+    from mountctl.pytorch.data.index.manifest import load_manifest
+    from mountctl.pytorch.data.datasets.mapstyle import MapSampleDataset, collate
     from mountctl.pytorch.data.sources import open_source
 
     uri = sys.argv[1]

@@ -98,11 +98,12 @@ def test_a_read_from_a_store_that_never_answers_fails_within_the_bound(own_serve
     assert "not answering" in err, f"no stall line while it waited:\n{err}"
 
 
-def test_a_mount_whose_store_never_answers_reads_unresponsive_not_busy(own_server, mount_root, monkeypatch):
+def test_a_mount_whose_store_never_answers_reads_store_unreachable_not_busy(own_server, mount_root, monkeypatch):
     """Read loop alive, handlers stuck: rclone reads each FUSE request from /dev/fuse on its own goroutine and
     serves it on another, so with its store stopped it keeps reading requests (the probe's lookup, and the
     interrupt the kernel sends when the timed-out probe is killed) while no request completes.  Neither may
-    count as progress, or such a mount reads "busy" for ever and is never remounted."""
+    count as progress, or such a mount reads "busy" for ever.  The store itself does not answer mountctl's own
+    request either, so the verdict is "store-unreachable" (a remount would not help), not "unresponsive"."""
     require_fuse()
     for name, value in own_server.env().items():
         monkeypatch.setenv(name, value)
@@ -118,4 +119,4 @@ def test_a_mount_whose_store_never_answers_reads_unresponsive_not_busy(own_serve
             verdicts = [mounted.health() for _ in range(3)]
         finally:
             os.kill(pid, signal.SIGCONT)
-    assert [h.state for h in verdicts] == ["unresponsive"] * 3, verdicts
+    assert [h.state for h in verdicts] == ["store-unreachable"] * 3, verdicts

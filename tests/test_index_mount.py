@@ -17,7 +17,6 @@ import sys
 
 import pytest
 from own_data_support import write_class_tree
-from request_log import PREFIX, logged_store, read_every_file
 from test_resume import TINY
 
 import mountctl
@@ -27,6 +26,7 @@ from mountctl.s3 import client as s3_client
 from resnet import main
 
 from conftest import missing, require_fuse
+from request_log import PREFIX, logged_store, read_every_file
 from torch_support import last_json_line
 
 FILES = 12

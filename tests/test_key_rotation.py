@@ -18,13 +18,13 @@ import uuid
 import pytest
 
 from mountctl import resolve
-from mountctl.pytorch.data.dataset import EpochLoader, ShardDataset
-from mountctl.pytorch.data.manifest import load_manifest
-from mountctl.pytorch.data.sources import open_source
+from mountctl.pytorch.data.datasets.dataset import EpochLoader, ShardDataset
+from mountctl.pytorch.data.index.manifest import load_manifest
+from mountctl.pytorch.data.sources import MountpointOptions, open_source
 from mountctl.shared import Registry
 
 from conftest import require_fuse
-from torch_support import make_tiny_dataset
+from torch_support import make_tiny_dataset, read_epoch_through_a_fault
 
 IMAGES = 96
 PROFILE = "rotating"
@@ -75,24 +75,23 @@ def test_rotated_and_revoked_key_mid_epoch_loses_and_repeats_no_sample(kind, bac
     assert settings.role_based == (via == "process")
     manifest = load_manifest(settings, uri)
     directory = str(mount_root / "m")
-    seen: list[int] = []
+
+    def rotate() -> None:
+        local_s3.add_identity(user, key2, secret2)
+        _write_credentials(credentials, key2, secret2, via)
+        local_s3.revoke_identity(user, key1)
+
     # The DataLoader workers (forked) inherit this handler: what they log about refreshing lands here.
     log_file = str(tmp_path / "mountctl.log")
     handler = logging.FileHandler(log_file)
     logging.getLogger("mountctl").addHandler(handler)
     try:
-        with open_source(kind, uri, settings, backend=backend, mount_dir=directory) as source:
+        options = MountpointOptions(backend=backend, mount_dir=directory)
+        with open_source(kind, uri, settings, mountpoint=options) as source:
             dataset = ShardDataset(manifest, source, batch_size=4, seed=0)
             loader = EpochLoader(dataset, epoch_fn=lambda: 0, num_workers=2, timeout=120)
             started = time.monotonic()
-            for number, batch in enumerate(loader):
-                seen.extend(int(i) for i in batch["index"])
-                time.sleep(0.1)  # a training step: the workers cannot read everything ahead of the rotation
-                if number == 0:
-                    local_s3.add_identity(user, key2, secret2)
-                    _write_credentials(credentials, key2, secret2, via)
-                    local_s3.revoke_identity(user, key1)
-                    rotated = time.monotonic()
+            seen, rotated = read_epoch_through_a_fault(loader, rotate, step_s=0.1)
             if kind != "mountpoint":
                 # On a quiet machine the workers can hold every remaining shard before the revocation has
                 # taken hold.  A second epoch's first batch, read in this process with the keys the source

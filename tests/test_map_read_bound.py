@@ -29,8 +29,8 @@ BOUND_S = 2.0
 
 READER = textwrap.dedent("""
     import sys, time
-    from mountctl.pytorch.data import mapstyle
-    from mountctl.pytorch.data.mapstyle import MapSampleDataset, SampleRef
+    from mountctl.pytorch.data.datasets import mapstyle
+    from mountctl.pytorch.data.datasets.mapstyle import MapSampleDataset, SampleRef
     from mountctl.pytorch.data.sources.mountpoint import FileReader
 
     root, threads, bound = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])

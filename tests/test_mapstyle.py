@@ -12,10 +12,10 @@ import torch
 from torch.utils.data import DataLoader, DistributedSampler
 
 from mountctl import ObjectChanged, resolve
-from mountctl.pytorch.data.manifest import MANIFEST_NAME, load_manifest
-from mountctl.pytorch.data.mapstyle import MapSampleDataset, collate, image_folder
-from mountctl.pytorch.data.shards import read_shard
-from mountctl.pytorch.data.sources import open_source
+from mountctl.pytorch.data.datasets.mapstyle import MapSampleDataset, collate, image_folder
+from mountctl.pytorch.data.datasets.shards import read_shard
+from mountctl.pytorch.data.index.manifest import MANIFEST_NAME, load_manifest
+from mountctl.pytorch.data.sources import MountpointOptions, open_source
 from mountctl.pytorch.errors import DatasetError
 
 from conftest import require_fuse
@@ -250,14 +250,15 @@ def test_map_style_reads_survive_the_mount_program_killed_mid_epoch_with_every_s
     import signal
     import time
 
-    from mountctl.pytorch.data.manifest import load_dataset_description
+    from mountctl.pytorch.data.index.manifest import load_dataset_description
     from mountctl.shared import Registry
 
     uri = _indexed(s3, bucket, layout, tmp_path)
     manifest = load_dataset_description(resolve(), uri).manifest
     directory = str(mount_root / "m")
     seen: list[int] = []
-    with open_source("mountpoint", uri, resolve(), backend=backend, mount_dir=directory) as source:
+    options = MountpointOptions(backend=backend, mount_dir=directory)
+    with open_source("mountpoint", uri, resolve(), mountpoint=options) as source:
         dataset = MapSampleDataset.from_manifest(manifest, source, uri, readahead_threads=2)
         loader = DataLoader(dataset, batch_size=4, num_workers=2, collate_fn=collate, timeout=120)
         for number, batch in enumerate(loader):

@@ -15,7 +15,7 @@ import pytest
 
 import mountctl
 from mountctl.mounts.backends import BACKENDS
-from mountctl.shared.metrics import program_memory
+from mountctl.observability.metrics import program_memory
 
 from conftest import missing, require_fuse
 

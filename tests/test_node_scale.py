@@ -21,8 +21,8 @@ from benchmarks.harness.node_reads import read_as_ranks
 from mountctl import MountSpec
 from mountctl.local_s3.far_proxy import FarProfile, FarProxy, find_nginx
 from mountctl.mounts.backends import BACKENDS, MOUNT_S3_MIN_MEMORY_MB, choose_backend
+from mountctl.observability.metrics import program_memory
 from mountctl.s3 import client as s3_client
-from mountctl.shared.metrics import program_memory
 
 from conftest import make_bucket, missing, require_fuse
 

@@ -14,12 +14,13 @@ from __future__ import annotations
 import hashlib
 import os
 import signal
+import threading
 import time
 
 import pytest
 
 from mountctl import ObjectChanged, resolve
-from mountctl.pytorch.data.sources import open_source
+from mountctl.pytorch.data.sources import MountpointOptions, open_source
 
 from conftest import missing, require_fuse
 
@@ -92,7 +93,7 @@ def test_a_mount_killed_mid_read_refuses_an_overwritten_object_and_reads_an_unch
     uri = f"s3://{bucket}/data/"
     got = bytearray()
     directory = str(mount_root / "m")
-    with open_source("mountpoint", uri, resolve(), backend=backend, mount_dir=directory,
+    with open_source("mountpoint", uri, resolve(), mountpoint=MountpointOptions(backend=backend, mount_dir=directory),
                      dataset_bytes=SIZE) as source:
         first_pid = source.mount_pid
         refused = _interrupt_and_read_on(source.open_shards([NAME], etags=[etag]),
@@ -160,8 +161,8 @@ def test_a_resumed_run_refuses_a_shard_replaced_since_it_was_indexed(kind, s3_en
     etag = _put(s3, bucket, "data/" + NAME, old)
     new_etag = _put(s3, bucket, "data/" + NAME, new)
     uri = f"s3://{bucket}/data/"
-    options = {"backend": "rclone", "mount_dir": str(mount_root / "m"), "dataset_bytes": 1 << 20}
-    with open_source(kind, uri, resolve(), **(options if kind == "mountpoint" else {})) as source:
+    options = MountpointOptions(backend="rclone", mount_dir=str(mount_root / "m"))
+    with open_source(kind, uri, resolve(), mountpoint=options, dataset_bytes=1 << 20) as source:
         shards = source.open_shards([NAME], etags=[etag])
         try:
             with pytest.raises(ObjectChanged) as caught:
@@ -174,7 +175,7 @@ def test_a_resumed_run_refuses_a_shard_replaced_since_it_was_indexed(kind, s3_en
 
 
 def test_make_records_each_shards_etag_as_s3_reports_it(s3_env, s3, bucket):
-    from mountctl.pytorch.data.manifest import load_manifest
+    from mountctl.pytorch.data.index.manifest import load_manifest
 
     from torch_support import make_tiny_dataset
 
@@ -194,8 +195,8 @@ def test_training_reads_each_shard_at_the_version_its_manifest_names(s3_env, s3,
     """The dataset hands the manifest's ETags to its source: a shard overwritten with other bytes of the
     same size (a start-time size check cannot see it) fails at its open, in one line, through the real
     ShardDataset."""
-    from mountctl.pytorch.data.dataset import ShardDataset
-    from mountctl.pytorch.data.manifest import load_manifest
+    from mountctl.pytorch.data.datasets.dataset import ShardDataset
+    from mountctl.pytorch.data.index.manifest import load_manifest
 
     from torch_support import make_tiny_dataset
 
@@ -240,7 +241,7 @@ def test_train_stops_in_one_line_naming_the_replaced_shard_and_its_fix(s3_env, s
 def _tiny_shards_for_mount_s3(s3, bucket: str, *, num_images: int):
     """(uri, manifest, shard names, each shard's bytes now) of a tiny dataset of 8 KB shards, for mount-s3."""
     from mountctl.mounts.backends import BACKENDS
-    from mountctl.pytorch.data.manifest import load_manifest
+    from mountctl.pytorch.data.index.manifest import load_manifest
 
     from torch_support import make_tiny_dataset
 
@@ -255,39 +256,40 @@ def _tiny_shards_for_mount_s3(s3, bucket: str, *, num_images: int):
     return uri, manifest, names, old
 
 
+def _wait_for(condition, what: str, timeout_s: float = 30) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"{what} did not happen within {timeout_s:g} s"
+        time.sleep(0.02)
+
+
 def test_read_ahead_through_mount_s3_never_serves_a_shard_replaced_after_it_was_warmed(s3_env, s3, bucket,
                                                                                       mount_root):
-    """Mountpoint's default read-ahead warms a reader's next shards into mount-s3's cache before the reader gets
-    there. A shard overwritten after it was warmed (same size, one bit apart) must then be read as the version the
-    index names, whole, or refused in one line: never the new bytes, never a mix."""
+    """``--read-ahead`` warms a reader's next shards into mount-s3's cache before the reader gets there (and reads
+    nothing ahead into memory, so the warmed cache is what stands between the reader and S3). A shard overwritten
+    after it was warmed whole (same size, one bit apart) is refused at its open, in one line, after every shard
+    before it: the open asks S3 for the pinned version, so the cache's old bytes are never served as current."""
+    from mountctl.pytorch.data.read_ahead.cache_warmer import warmed
+
     uri, manifest, names, old = _tiny_shards_for_mount_s3(s3, bucket, num_images=48)
     assert len(manifest.shards) >= 4
     victim = names[2]
-    with open_source("mountpoint", uri, resolve(), backend="mount-s3", mount_dir=str(mount_root / "m"),
-                     read_ahead=True) as source:
-        assert source.describe()["read_ahead"] is True
+    with open_source("mountpoint", uri, resolve(), mountpoint=MountpointOptions(
+            backend="mount-s3", mount_dir=str(mount_root / "m"), read_ahead=True)) as source:
+        assert source.describe()["read_ahead"] is True and source.describe()["in_memory_ahead"] == 0
         shards = source.open_shards(names, [shard.etag for shard in manifest.shards])
         _, first = next(shards)
         assert first.read() == old[names[0]]
-        deadline = time.monotonic() + 30
-        while victim not in os.listdir(source.read_ahead_dir):  # the warmer has claimed (and is reading) it
-            assert time.monotonic() < deadline, "the read-ahead never reached the third shard"
-            time.sleep(0.05)
-        time.sleep(1.0)  # let the warm finish: the shard is 8 KB
+        _wait_for(lambda: warmed(source.read_ahead_dir, victim), "the warm of the third shard into the cache")
         body = old[victim]
         new_etag = _put(s3, bucket, "data/" + victim, body[:-1] + bytes([body[-1] ^ 1]))
-        read, refused = {names[0]}, None
-        try:
+        read = [names[0]]
+        with pytest.raises(ObjectChanged) as refused:
             for name, stream in shards:
                 assert stream.read() == old[name], f"{name} was served with bytes the index does not name"
-                read.add(name)
-        except ObjectChanged as exc:
-            refused = exc
-    if refused is None:  # served from what was warmed: the indexed version, whole
-        assert read == set(names)
-    else:
-        _assert_one_line_naming(refused, uri + victim, manifest.shards[2].etag, new_etag)
-        assert victim not in read
+                read.append(name)
+    _assert_one_line_naming(refused.value, uri + victim, manifest.shards[2].etag, new_etag)
+    assert read == names[:2]
 
 
 def test_the_default_read_ahead_into_memory_serves_the_indexed_version_or_refuses_never_the_new_bytes(
@@ -296,13 +298,16 @@ def test_the_default_read_ahead_into_memory_serves_the_indexed_version_or_refuse
     after it was read ahead is delivered as the version the index names (the bytes read before the overwrite); a
     shard overwritten before its read began is refused in one line at its turn, after every shard before it."""
     uri, manifest, names, old = _tiny_shards_for_mount_s3(s3, bucket, num_images=96)
-    with open_source("mountpoint", uri, resolve(), backend="mount-s3", mount_dir=str(mount_root / "m")) as source:
+    with open_source("mountpoint", uri, resolve(),
+                     mountpoint=MountpointOptions(backend="mount-s3", mount_dir=str(mount_root / "m"))) as source:
         ahead = source.describe()["in_memory_ahead"]
         assert ahead >= 1 and len(names) > ahead + 2, (ahead, len(names))
         near, far = names[1], names[ahead + 2]  # read ahead at the first shard; not yet started
         shards = source.open_shards(names, [shard.etag for shard in manifest.shards])
         _, first = next(shards)
-        time.sleep(1.0)  # the threads read the next shards, 8 KB each, meanwhile
+        # the threads of the next shards started before the first was handed over: gone, they have read theirs
+        _wait_for(lambda: not any(t.name == f"mountctl-ahead-{near}" for t in threading.enumerate()),
+                  f"the read ahead of {near}")
         for victim in (near, far):
             body = old[victim]
             _put(s3, bucket, "data/" + victim, body[:-1] + bytes([body[-1] ^ 1]))

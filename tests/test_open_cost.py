@@ -14,9 +14,10 @@ from __future__ import annotations
 import os
 
 import pytest
-from request_log import LoggedStore, logged_store, read_every_file
 
 from mountctl import Mount, MountSpec
+
+from request_log import LoggedStore, logged_store, read_every_file
 
 FILES = 12
 SIZE = 96 * 1024  # one GET each: smaller than every program's first read request

@@ -23,9 +23,9 @@ from child_processes import stop_child
 from mountctl.mounts.backends import BACKENDS
 from mountctl.mounts.health import mount_health
 from mountctl.mounts.mounttable import find_mount
+from mountctl.observability import status
+from mountctl.observability.exporter import readiness
 from mountctl.processes import process_identity
-from mountctl.shared import status
-from mountctl.shared.exporter import readiness
 from mountctl.shared.registry import MountRecord, Registry
 
 from conftest import make_bucket, missing, require_fuse

@@ -179,8 +179,8 @@ def test_index_stops_at_the_first_unreadable_shard_without_reading_the_rest(s3, 
 
 
 def test_ctrl_c_stops_index_at_once_in_one_line_and_the_rerun_reads_only_the_shards_left(s3, bucket, tmp_path):
-    from mountctl.pytorch.data.indexer import IndexConfig, _state_path
-    from mountctl.pytorch.data.location import parse_data_uri
+    from mountctl.pytorch.data.index.indexer import IndexConfig, _state_path
+    from mountctl.pytorch.data.index.location import parse_data_uri
 
     uri = f"s3://{bucket}/own/"
     write_shards(s3, bucket, "own/", str(tmp_path / "w"), shards=40, per_shard=10)

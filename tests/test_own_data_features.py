@@ -15,10 +15,10 @@ import uuid
 
 import pytest
 from own_data_support import listing, write_shards
-from request_log import PREFIX, logged_store
 from test_resume import ddp, kill_resume_audit
 
 from conftest import make_bucket, remove_bucket, require_fuse
+from request_log import PREFIX, logged_store
 from torch_support import run_cli
 
 

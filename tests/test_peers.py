@@ -28,8 +28,8 @@ from benchmarks.harness.peer_data import (
     peer_uri,
 )
 from benchmarks.harness.peers import open_peer_dataset, peer_epochs
-from mountctl.pytorch.data.manifest import load_manifest
-from mountctl.pytorch.data.shards import read_shard
+from mountctl.pytorch.data.datasets.shards import read_shard
+from mountctl.pytorch.data.index.manifest import load_manifest
 from mountctl.pytorch.data.synthetic import MakeConfig, make_dataset
 from mountctl.pytorch.errors import DatasetError
 from mountctl.s3 import client as s3_client

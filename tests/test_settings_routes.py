@@ -13,6 +13,7 @@ import sys
 
 import pytest
 
+from mountctl.pytorch.data.sources import MountpointOptions
 from mountctl.pytorch.data.synthetic import MakeConfig, make_dataset, parse_size
 from mountctl.pytorch.training.trainer import TrainConfig, train
 
@@ -39,7 +40,8 @@ def test_explicit_settings_reach_every_route(local_s3, s3, no_aws_environment, m
                             jobs=1), settings=settings, progress=False)
     for kind in KINDS:
         summary = train(TrainConfig(uri=uri, source_kind=kind, batch_size=8, max_steps=1, num_workers=1,
-                                    precision="32-true", arch="resnet18", progress=False, backend="rclone",
+                                    precision="32-true", arch="resnet18", progress=False,
+                                    mountpoint=MountpointOptions(backend="rclone"),
                                     checkpoint_dir=f"s3://{bucket}/ckpt-{kind}/"),
                         settings=settings, out=io.StringIO())
         assert summary["global_step"] == 1 and summary["checkpoint"], kind

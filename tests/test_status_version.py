@@ -91,6 +91,6 @@ def test_a_record_without_a_version_reads_as_unknown():
     record = MountRecord.from_json({"uri": "s3://b/", "mount_dir": "/m", "spec": {}, "identity": {},
                                     "backend": "mount-s3"})
     assert record.program_version == ""
-    from mountctl.shared.metrics import record_figures
+    from mountctl.observability.metrics import record_figures
 
     assert record_figures(record)["program_version"] == "unknown"

@@ -15,9 +15,9 @@ import uuid
 import pytest
 
 from mountctl.local_s3.far_proxy import FarProfile, FarProxy, find_nginx
-from mountctl.pytorch.data.dataset import EpochLoader, ShardDataset
-from mountctl.pytorch.data.manifest import load_manifest
-from mountctl.pytorch.data.sources import open_source
+from mountctl.pytorch.data.datasets.dataset import EpochLoader, ShardDataset
+from mountctl.pytorch.data.index.manifest import load_manifest
+from mountctl.pytorch.data.sources import MountpointOptions, open_source
 from mountctl.s3 import client as s3_client
 
 from conftest import make_bucket, missing, require_fuse
@@ -94,7 +94,8 @@ def test_every_sample_arrives_once_through_a_throttling_store(kind, backend, thr
     uri = uri + FEW_SHARDS if backend == "s3fs" else uri
     manifest = load_manifest(settings, uri)
     seen: list[int] = []
-    with open_source(kind, uri, settings, backend=backend, mount_dir=str(mount_root / "m")) as source:
+    with open_source(kind, uri, settings,
+                     mountpoint=MountpointOptions(backend=backend, mount_dir=str(mount_root / "m"))) as source:
         dataset = ShardDataset(manifest, source, batch_size=8, seed=0)
         for batch in EpochLoader(dataset, epoch_fn=lambda: 0, num_workers=2, timeout=180):
             seen.extend(int(i) for i in batch["index"])

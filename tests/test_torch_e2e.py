@@ -19,10 +19,10 @@ import pytest
 
 from benchmarks.harness.loader import BenchConfig, bench_loader
 from mountctl.errors import InvalidSpec
-from mountctl.pytorch.data.dataset import ShardDataset
-from mountctl.pytorch.data.manifest import MANIFEST_NAME, load_manifest
-from mountctl.pytorch.data.shards import decode, read_shard
-from mountctl.pytorch.data.sources import SOURCE_KINDS, open_source
+from mountctl.pytorch.data.datasets.dataset import ShardDataset
+from mountctl.pytorch.data.datasets.shards import decode, read_shard
+from mountctl.pytorch.data.index.manifest import MANIFEST_NAME, load_manifest
+from mountctl.pytorch.data.sources import SOURCE_KINDS, MountpointOptions, open_source
 from mountctl.pytorch.data.synthetic import sample_jpeg
 from mountctl.pytorch.errors import TruncatedShard
 from mountctl.pytorch.training.trainer import TrainConfig
@@ -126,7 +126,8 @@ def test_three_source_kinds_yield_identical_samples(s3_env, bucket, mount_root):
     manifest = load_manifest(s3_env, uri)
     seen = {}
     for kind in KINDS:
-        with open_source(kind, uri, s3_env, backend="rclone", mount_dir=str(mount_root / "m")) as source:
+        with open_source(kind, uri, s3_env,
+                         mountpoint=MountpointOptions(backend="rclone", mount_dir=str(mount_root / "m"))) as source:
             dataset = ShardDataset(manifest, source, batch_size=4, shuffle=False)
             seen[kind] = {index: (hashlib.sha256(image.numpy().tobytes()).hexdigest(), int(label))
                           for batch in dataset

@@ -5,9 +5,9 @@ from __future__ import annotations
 import os
 
 from mountctl.mounts.backends import BACKENDS
-from mountctl.pytorch.data.dataset import ShardDataset
-from mountctl.pytorch.data.manifest import load_manifest
-from mountctl.pytorch.data.sources import open_source
+from mountctl.pytorch.data.datasets.dataset import ShardDataset
+from mountctl.pytorch.data.index.manifest import load_manifest
+from mountctl.pytorch.data.sources import MountpointOptions, open_source
 
 from conftest import missing
 from torch_support import make_tiny_dataset
@@ -18,8 +18,8 @@ def test_read_ahead_on_the_cached_mount_claims_every_shard_once(backend, s3_env,
     made = make_tiny_dataset(uri, num_images=40, shard_size="8KB")
     manifest = load_manifest(s3_env, uri)
     assert len(made.manifest.shards) >= 4
-    with open_source("mountpoint", uri, s3_env, backend=backend, mount_dir=str(mount_root / "m"),
-                     read_ahead=True) as source:
+    options = MountpointOptions(backend=backend, mount_dir=str(mount_root / "m"), read_ahead=True)
+    with open_source("mountpoint", uri, s3_env, mountpoint=options) as source:
         described = source.describe()
         seen = [index for batch in ShardDataset(manifest, source, batch_size=8, shuffle=False)
                 for index in batch["index"]]
@@ -40,8 +40,8 @@ def test_mountpoint_source_caches_by_default_and_reads_shards_ahead_only_when_as
     uri = f"s3://{bucket}/data/"
     make_tiny_dataset(uri, num_images=16, shard_size="8KB")
     for backend, asked, expected in (("rclone", None, False), ("mount-s3", None, False), ("mount-s3", True, True)):
-        with open_source("mountpoint", uri, s3_env, backend=backend, mount_dir=str(mount_root / "m"),
-                         read_ahead=asked) as source:
+        with open_source("mountpoint", uri, s3_env, mountpoint=MountpointOptions(
+                backend=backend, mount_dir=str(mount_root / "m"), read_ahead=asked)) as source:
             described = source.describe()
         assert described["cache_dir"] and described["cache_size_mb"] and described["read_ahead"] is expected, backend
 
@@ -49,8 +49,8 @@ def test_mountpoint_source_caches_by_default_and_reads_shards_ahead_only_when_as
 def test_no_cache_mounts_without_cache_or_read_ahead(s3_env, bucket, mount_root):
     uri = f"s3://{bucket}/data/"
     make_tiny_dataset(uri, num_images=16, shard_size="8KB")
-    with open_source("mountpoint", uri, s3_env, backend="rclone", mount_dir=str(mount_root / "m"),
-                     cache=False, read_ahead=True) as source:
+    with open_source("mountpoint", uri, s3_env, mountpoint=MountpointOptions(
+            backend="rclone", mount_dir=str(mount_root / "m"), cache=False, read_ahead=True)) as source:
         described = source.describe()
     assert described["cache_dir"] is None and described["read_ahead"] is False
 
@@ -72,8 +72,9 @@ def test_a_per_file_dataset_mounted_from_its_index_is_warmed_whole_and_nothing_e
     manifest = load_manifest(s3_env, uri)
     total = sum(shard.bytes for shard in made.manifest.shards)
     for per_file, from_index in ((True, True), (True, False), (False, True)):
-        with open_source("mountpoint", uri, s3_env, backend="mount-s3", mount_dir=str(mount_root / "m"),
-                         per_file=per_file, from_index=from_index, manifest=manifest) as source:
+        with open_source("mountpoint", uri, s3_env, mountpoint=MountpointOptions(
+                backend="mount-s3", mount_dir=str(mount_root / "m"), from_index=from_index),
+                per_file=per_file, manifest=manifest) as source:
             assert source.cache_dir
             warmed = per_file and from_index
             deadline = time.monotonic() + (60 if warmed else 3)

@@ -14,12 +14,12 @@ import time
 
 import psutil
 import pytest
-from request_log import LoggedStore, logged_store, read_every_file
 
 from mountctl import Mount, MountSpec
 from mountctl.mounts.warm import Warmer, warm
 
 from conftest import missing
+from request_log import LoggedStore, logged_store, read_every_file
 
 FILES = 16
 SIZE = 64 * 1024

@@ -6,6 +6,8 @@ import json
 import os
 import subprocess
 import sys
+import time
+from collections.abc import Callable, Iterable
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESNET_PY = os.path.join(REPO, "resnet.py")
@@ -19,6 +21,27 @@ def make_tiny_dataset(uri: str, *, num_images: int = 48, image_size: int = 32, n
     config = MakeConfig(uri=uri, num_images=num_images, image_size=image_size, num_classes=num_classes,
                         shard_size=parse_size(shard_size), seed=seed, jobs=1, layout=layout)
     return make_dataset(config, progress=False)
+
+
+def read_epoch_through_a_fault(loader: Iterable[dict], fault: Callable[[], None], *,
+                               step_s: float) -> tuple[list[int], float]:
+    """Every sample index one epoch of ``loader`` delivers, with ``fault()`` done after its first batch; and when.
+
+    Each batch is followed by a pause of ``step_s`` (a training step), so the workers cannot have read the
+    whole epoch before the fault: the reads after it meet it.  The fault tests then check that no sample
+    was lost or repeated.
+    """
+    seen: list[int] = []
+    faulted: float | None = None
+    for number, batch in enumerate(loader):
+        seen.extend(int(i) for i in batch["index"])
+        time.sleep(step_s)
+        if number == 0:
+            fault()
+            faulted = time.monotonic()
+    if faulted is None:
+        raise AssertionError("the loader delivered no batch, so the fault was never done")
+    return seen, faulted
 
 
 def last_json_line(text: str) -> dict:

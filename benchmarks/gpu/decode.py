@@ -2,7 +2,7 @@
 
 ``--facts``: versions (Python, torch, torchvision, Lightning, TorchCodec), the GPU, and whether TorchCodec decodes
 a JPEG here, on the CPU and on CUDA: every JPEG the run trains on is decoded by TorchCodec
-(``mountctl/pytorch/data/jpeg.py``), so a TorchCodec that does not load with this machine's torch is said first,
+(``mountctl/pytorch/data/decode/jpeg.py``), so a TorchCodec that does not load with this machine's torch is said first,
 in one line, before any training waits for it.
 
 ``--shard FILE``: decode rates on the JPEGs of one shard of the run's dataset (read from the S3 server's own
@@ -69,7 +69,7 @@ def facts(device: str) -> dict[str, Any]:
     except Exception as exc:  # noqa: BLE001  any failure to load or decode is the fact to report
         found["torchcodec"], found["cpu_decode_ok"] = None, False
         problems.append(f"TorchCodec does not decode a JPEG with torch {torch.__version__} here ({type(exc).__name__}: "
-                        f"{exc}); every JPEG of the run is decoded by it (mountctl/pytorch/data/jpeg.py), so "
+                        f"{exc}); every JPEG of the run is decoded by it (mountctl/pytorch/data/decode/jpeg.py), so "
                         "training and the loader will fail: pack a TorchCodec built for this torch")
     found["gpu_decode_ok"] = False
     if cuda and found["cpu_decode_ok"]:

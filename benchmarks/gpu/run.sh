@@ -122,38 +122,29 @@ if [ -z "$fuse" ] && ! problem=$(mount-s3 --version 2>&1 >/dev/null); then
   say "FUSE: the mount cannot run on this machine ($fuse); running s3io and fsspec only"
 fi
 
-# The S3 server: rclone serve s3 over a local directory, on a free loopback port, keys made now. They reach the
+# The S3 server: rclone serve s3 over a local directory, on a loopback port of its own, keys made now. They reach the
 # clients and the server by environment only; the file beside them (0600) is for a person debugging the run.
 umask 077
 keys=$("$python" -c 'import secrets; print("GPU" + secrets.token_hex(8).upper(), secrets.token_urlsafe(30))')
 read -r access secret <<<"$keys"
 printf 'AWS_ACCESS_KEY_ID=%s\nAWS_SECRET_ACCESS_KEY=%s\n' "$access" "$secret" > "$work/s3-keys.env"
 umask 022
-port=$("$python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+# Port 0: the kernel gives rclone a free port at its bind, so no other process can take it first; s3_ready.py reads
+# the port from rclone's log, checks that the listener there is rclone's own socket and that it refuses unsigned
+# requests.
 : > "$work/rclone.conf"
 RCLONE_AUTH_KEY="\"$access,$secret\"" RCLONE_CONFIG="$work/rclone.conf" \
-  rclone serve s3 --addr "127.0.0.1:$port" --log-file "$work/logs/rclone.log" "$work/s3" &
+  rclone serve s3 --addr "127.0.0.1:0" --log-file "$work/logs/rclone.log" "$work/s3" &
 server_pid=$!
+if ! ready=$("$python" "$pack/s3_ready.py" --pid "$server_pid" --log "$work/logs/rclone.log" --timeout-s 20); then
+  tail -5 "$work/logs/rclone.log" 2>/dev/null | sed 's/^/run.sh: rclone: /' >&2
+  die "rclone serve s3 did not come up as this run's own S3 server within 20 s (the line above says why)"
+fi
+read -r port refusal <<<"$ready"
 export AWS_ENDPOINT_URL="http://127.0.0.1:$port" AWS_REGION=us-east-1 AWS_DEFAULT_REGION=us-east-1
 export AWS_ACCESS_KEY_ID="$access" AWS_SECRET_ACCESS_KEY="$secret"
 unset AWS_ENDPOINT_URL_S3 AWS_PROFILE AWS_DEFAULT_PROFILE AWS_SESSION_TOKEN
-"$python" - "$port" "$server_pid" <<'PY' || die "rclone serve s3 did not answer on 127.0.0.1 within 20 s; see its log above"
-import os, socket, sys, time
-port, pid = int(sys.argv[1]), int(sys.argv[2])
-deadline = time.monotonic() + 20
-while time.monotonic() < deadline:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        sys.exit(1)
-    try:
-        socket.create_connection(("127.0.0.1", port), timeout=1).close()
-        sys.exit(0)
-    except OSError:
-        time.sleep(0.1)
-sys.exit(1)
-PY
-say "S3: rclone serve s3 on 127.0.0.1:$port ($(rclone version 2>/dev/null | head -1)), data in $work/s3"
+say "S3: rclone serve s3 on 127.0.0.1:$port ($(rclone version 2>/dev/null | head -1)), its own listener, an unsigned request refused ($refusal), data in $work/s3"
 
 # The driver runs in a process group of its own, so that cleanup can stop it and whatever step it runs.
 setsid "$python" "$pack/drive.py" --mode "$mode" --out "$out" --work "$work" --s3-dir "$work/s3" \

@@ -7,13 +7,20 @@ lacks them, or, like fsspec, has another release than the one s3fs pins) and tho
 chosen by the running Python's tag, so one pack serves Python 3.12 (the GPU machine) and, with the extra wheels
 ``scripts/gpu.sh pack --also-python 3.11`` adds, this repository's CPU test.
 
+Nothing is installed or unpacked before every file ``MANIFEST.json`` lists has its recorded size and sha256 (a
+pack corrupted or changed on its way is refused, naming the file), and only listed files are used.  The mount-s3
+bundle may hold regular files and folders only, each inside the destination: a member named ``bin/../../x``, an
+absolute one, a link or a device refuses the pack before anything of it is written.
+
     python3 unpack.py --pack .gpu --target /tmp/x/site --bin /tmp/x
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import importlib.metadata
+import json
 import lzma
 import os
 import re
@@ -25,6 +32,9 @@ import time
 from pathlib import Path
 
 _WHEEL = re.compile(r"^(?P<name>[^-]+)-(?P<version>[^-]+)(-\d[^-]*)?-(?P<py>[^-]+)-(?P<abi>[^-]+)-(?P<plat>[^-]+)\.whl$")
+
+
+BINARIES = ("bin/rclone.xz", "bin/mount-s3.tar.xz")  # what unpack_binaries reads from the pack
 
 
 class PackError(Exception):
@@ -115,18 +125,74 @@ def install(wheels: list[Path], target: Path) -> None:
         raise PackError(f"pip could not install the pack's wheels into {target} (exit {done.returncode}):\n{tail}")
 
 
+def verify_pack(pack: Path) -> set[str]:
+    """The files ``MANIFEST.json`` lists (paths relative to the pack), each checked against its size and sha256.
+
+    Raises ``PackError`` naming the first file that is missing or differs: a truncated copy, a changed binary.
+    """
+    try:
+        files = json.loads((pack / "MANIFEST.json").read_text())["files"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise PackError(f"{pack}/MANIFEST.json cannot be read ({exc}); pack again: bash scripts/gpu.sh pack") from None
+    for name, recorded in sorted(files.items()):
+        path = pack / name
+        if not inside(path, pack) or not path.is_file() or path.is_symlink():
+            raise PackError(f"the pack lacks {name}, which its MANIFEST.json lists; pack again: bash scripts/gpu.sh pack")
+        digest = hashlib.sha256()
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+        if path.stat().st_size != recorded["bytes"] or digest.hexdigest() != recorded["sha256"]:
+            raise PackError(f"{name} in the pack is not the file it was packed as (its sha256 is "
+                            f"{digest.hexdigest()[:16]}..., MANIFEST.json records {str(recorded['sha256'])[:16]}...); "
+                            "it was changed or damaged on its way: pack again (bash scripts/gpu.sh pack) and carry "
+                            "the pack over again")
+    return set(files)
+
+
+def inside(path: Path, root: Path) -> bool:
+    """Whether ``path``, ``..`` and links resolved, lies within ``root``."""
+    return os.path.commonpath([os.path.realpath(path), os.path.realpath(root)]) == os.path.realpath(root)
+
+
+def member_problem(member: tarfile.TarInfo, dest: Path) -> str | None:
+    """Why the bundle's ``member`` may not be unpacked into ``dest``; None when it may.
+
+    Our bundle holds regular files and folders (bin/, lib/) and nothing else, so anything else is refused rather
+    than judged: a link cannot point out of ``dest`` when there is none.
+    """
+    if os.path.isabs(member.name) or member.name.startswith("/"):
+        return "an absolute path"
+    if not inside(dest / member.name, dest):
+        return "a path outside the destination"
+    if member.issym() or member.islnk():
+        return f"a link (to {member.linkname}); the bundle holds regular files only"
+    if not (member.isfile() or member.isdir()):
+        return "neither a regular file nor a folder (a device or FIFO)"
+    return None
+
+
 def unpack_binaries(pack: Path, bin_root: Path) -> list[str]:
     """rclone (xz) and the mount-s3 bundle (tar.xz: bin/mount-s3, bin/fusermount3, lib/libfuse3.so.3)."""
     (bin_root / "bin").mkdir(parents=True, exist_ok=True)
-    with lzma.open(pack / "bin" / "rclone.xz") as packed, open(bin_root / "bin" / "rclone", "wb") as out:
+    rclone, bundle_path = (pack / name for name in BINARIES)
+    with lzma.open(rclone) as packed, open(bin_root / "bin" / "rclone", "wb") as out:
         shutil.copyfileobj(packed, out, 1 << 20)
     os.chmod(bin_root / "bin" / "rclone", 0o755)
-    with tarfile.open(pack / "bin" / "mount-s3.tar.xz", "r:xz") as bundle:
-        members = [m for m in bundle.getmembers() if m.isfile() and not m.name.startswith(("/", ".."))]
-        for member in members:
-            bundle.extract(member, bin_root, set_attrs=False)
+    with tarfile.open(bundle_path, "r:xz") as bundle:
+        members = bundle.getmembers()
+        for member in members:  # every member is judged before the first is written
+            problem = member_problem(member, bin_root)
+            if problem is not None:
+                raise PackError(f"bin/mount-s3.tar.xz holds {member.name!r}: {problem}; this pack was not made by "
+                                "scripts/gpu.sh: nothing of it was unpacked; pack again")
+        # tarfile's "data" filter (Python 3.12, and 3.11.4 on) checks again as it writes: paths, links, modes.
+        data_filter = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
+        files = [m for m in members if m.isfile()]
+        for member in files:
+            bundle.extract(member, bin_root, set_attrs=False, **data_filter)
             os.chmod(bin_root / member.name, 0o755)
-    return ["bin/rclone", *(m.name for m in members)]
+    return ["bin/rclone", *(m.name for m in files)]
 
 
 def main() -> int:
@@ -137,7 +203,13 @@ def main() -> int:
     args = parser.parse_args()
     started = time.monotonic()
     try:
+        listed_files = verify_pack(args.pack)
         wheels, notes = choose_wheels(args.pack)
+        used = [str(w.relative_to(args.pack)) for w in wheels] + list(BINARIES)
+        unlisted = [name for name in used if name not in listed_files]
+        if unlisted:
+            raise PackError(f"the pack's {', '.join(unlisted)} is not in its MANIFEST.json (added after packing?), "
+                            "so it cannot be checked; pack again: bash scripts/gpu.sh pack")
         install(wheels, args.target)
         binaries = unpack_binaries(args.pack, args.bin)
     except (PackError, OSError, tarfile.TarError, lzma.LZMAError) as exc:

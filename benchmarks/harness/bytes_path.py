@@ -8,17 +8,18 @@
   each, which made most of a small cell's time) is not counted; ``startup_s``
   says what it was.
 * random: 64 KiB reads at the same seeded random offsets in the shards, one
-  reader: ``os.pread`` through a mount, the connector's range-based reader
-  (``S3ReaderConstructor.range_based(buffer_size=0)``), s3fs ``cat_file``
-  with a byte range, a ranged GET, and the local copy.
+  reader, through each source's own map-style reader of shard ranges
+  (``ShardSource.map_reader``, what ``MapSampleDataset`` reads with): ``pread``
+  through a mount and of the local copy, a ranged GET carrying ``If-Match`` for
+  s3io, s3fs ``cat_file`` with a byte range for fsspec; and for the raw GET
+  limit, a plain ranged GET.
 """
 
 from __future__ import annotations
 
 import contextlib
-import inspect
+import dataclasses
 import multiprocessing
-import os
 import random
 import statistics
 import tarfile
@@ -29,40 +30,41 @@ from typing import Any
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from benchmarks.harness.cells import BATCH_TIMEOUT_S
-from benchmarks.harness.limits import LocalDiskSource, RawGetSource
+from benchmarks.harness.limits import LOCAL, LocalDiskSource, RawGetSource
 from benchmarks.harness.monitor import ResourceMonitor
 from mountctl import S3Settings, parse_s3_uri, s3
-from mountctl.pytorch.data.manifest import Manifest
-from mountctl.pytorch.data.sources import SOURCE_KINDS, open_source
+from mountctl.pytorch.data.index.manifest import Manifest
+from mountctl.pytorch.data.sources import MountpointOptions, open_source
 from mountctl.pytorch.errors import DatasetError
 
-__all__ = ["Route", "bytes_routes", "cache_note", "opened_route", "bytes_cell", "random_cell", "READ_SIZE",
-           "NO_CACHE_OPTIONS"]
+__all__ = ["Route", "bytes_routes", "cache_note", "opened_route", "bytes_cell", "random_cell", "range_reader",
+           "READ_SIZE", "NO_CACHE_OPTIONS"]
 
 READ_SIZE = 64 << 10
 BARRIER_TIMEOUT_S = 120.0  # every reader forked and started; a loaded machine takes seconds, never minutes
-LOCAL, RAW_GET = "local-disk", "raw GET"
-# The mountpoint source's options that turn its node-local cache and plan-driven read-ahead off.
-NO_CACHE_OPTIONS = {"cache": False, "read_ahead": False}
+RAW_GET = "raw GET"
+# What a "(no-cache)" cell changes from the default: the node-local cache, and nothing else. It also turned the
+# in-memory read-ahead off, so its figures differed by two levers and the read-ahead's effect read as the cache's.
+NO_CACHE_OPTIONS = {"cache": False}
 
 
 class Route:
-    """One way to the shard bytes: a label, the source kind behind it and the options it is opened with."""
+    """One way to the shard bytes: a label, the source kind behind it and, for the mountpoint kind, its options."""
 
     def __init__(self, source: str, kind: str, backend: str = "-", variant: str = "-",
-                 options: dict[str, Any] | None = None) -> None:
+                 mountpoint: MountpointOptions | None = None) -> None:
         self.source, self.kind, self.backend, self.variant = source, kind, backend, variant
-        self.options = options or {}
+        self.mountpoint = mountpoint
 
     def head(self) -> dict[str, Any]:
         return {"source": self.source, "kind": self.kind, "backend": self.backend, "variant": self.variant}
 
 
-def _mount_options(variant: str) -> tuple[dict[str, Any], list[str]]:
-    """The no-cache options the mountpoint opener accepts (all of them once it has a cache and read-ahead)."""
+def _no_cache_options(variant: str) -> tuple[dict[str, Any], list[str]]:
+    """The no-cache options the mountpoint kind accepts (all of them once it has a cache), and those it does not."""
     if variant != "no-cache":
         return {}, []
-    accepted = inspect.signature(SOURCE_KINDS["mountpoint"]).parameters
+    accepted = {field.name for field in dataclasses.fields(MountpointOptions)}
     options = {k: v for k, v in NO_CACHE_OPTIONS.items() if k in accepted}
     return options, [k for k in NO_CACHE_OPTIONS if k not in accepted]
 
@@ -71,8 +73,9 @@ def bytes_routes(kinds: Sequence[str], backends: Sequence[str]) -> list[Route]:
     """Every route of the bytes and random cells: the two limits, each mount program twice, the libraries."""
     routes = [Route(LOCAL, LOCAL), Route(RAW_GET, RAW_GET)]
     for kind in kinds:
-        if kind == "mountpoint":
-            routes += [Route(f"mountpoint/{b}", kind, b, variant, _mount_options(variant)[0])
+        if kind == "mountpoint":  # the one kind with programs: one route per program and variant
+            routes += [Route(f"mountpoint/{b}", kind, b, variant,
+                             MountpointOptions(backend=b, **_no_cache_options(variant)[0]))
                        for b in backends for variant in ("default", "no-cache")]
         else:
             routes.append(Route(kind, kind))
@@ -89,8 +92,7 @@ def opened_route(route: Route, uri: str, settings: S3Settings, local: LocalDiskS
     elif route.kind == RAW_GET:
         yield RawGetSource(uri=uri, settings=settings)
     else:
-        with open_source(route.kind, uri, settings, backend=route.backend, whole_files=whole_files,
-                         **route.options) as source:
+        with open_source(route.kind, uri, settings, mountpoint=route.mountpoint, whole_files=whole_files) as source:
             yield source
 
 
@@ -98,7 +100,7 @@ def cache_note(route: Route) -> dict[str, Any]:
     """For a no-cache cell: which of the options its mountpoint opener did not know (then it ran with defaults)."""
     if route.variant != "no-cache":
         return {}
-    missing = _mount_options(route.variant)[1]
+    missing = _no_cache_options(route.variant)[1]
     return {"options_not_supported": missing} if missing else {}
 
 
@@ -162,63 +164,31 @@ def random_offsets(manifest: Manifest, reads: int, seed: int) -> list[tuple[str,
     return [(s.name, rng.randrange(max(1, s.bytes - READ_SIZE + 1))) for s in chosen]
 
 
-def _range_reader(source: Any, uri: str, settings: S3Settings) -> tuple[Callable[[str, int], bytes], Callable[[], None]]:
-    """(read(name, offset) -> bytes, close) for the route behind ``source``."""
-    location = parse_s3_uri(uri)
-    kind = source.kind
-    if kind in ("mountpoint", LOCAL):
-        root = source.describe()["path"]
-        files: dict[str, int] = {}
+def range_reader(source: Any, names: list[str]) -> tuple[Callable[[str, int], bytes], Callable[[], None]]:
+    """(read(name, offset) -> ``READ_SIZE`` bytes there, close) for the route behind ``source``: the source's own
+    reader of shard ranges (every source has one, the local copy too); the raw GET limit, which is no source,
+    reads each range with one plain ranged GET."""
+    if isinstance(source, RawGetSource):
+        location = parse_s3_uri(source.uri)
+        client = s3.client(source.settings, read_timeout=120)
 
-        def pread(name: str, offset: int) -> bytes:
-            if name not in files:
-                files[name] = os.open(os.path.join(root, name), os.O_RDONLY)
-            return os.pread(files[name], READ_SIZE, offset)
-
-        def close_files() -> None:
-            for fd in files.values():
-                os.close(fd)
-        return pread, close_files
-    if kind == "s3io":
-        from s3torchconnector import S3IterableDataset, S3ReaderConstructor
-
-        readers: dict[str, Any] = {}
-
-        def ranged(name: str, offset: int) -> bytes:
-            if name not in readers:  # buffer_size=0: each read is one ranged GET of exactly its bytes
-                dataset = S3IterableDataset.from_objects(
-                    [uri + name], enable_sharding=False, reader_constructor=S3ReaderConstructor.range_based(0),
-                    **settings.s3torch_options())
-                readers[name] = next(iter(dataset))
-            reader = readers[name]
-            reader.seek(offset)
-            return bytes(reader.read(READ_SIZE))
-        def close_readers() -> None:
-            for reader in readers.values():
-                reader.close()
-        return ranged, close_readers
-    if kind == "fsspec":
-        import s3fs
-
-        filesystem = s3fs.S3FileSystem(**settings.s3fs_options())
-
-        def cat(name: str, offset: int) -> bytes:
-            return bytes(filesystem.cat_file(location.path + name, start=offset, end=offset + READ_SIZE))
-        return cat, lambda: None
-    client = s3.client(settings, read_timeout=120)
-
-    def get(name: str, offset: int) -> bytes:
-        return bytes(client.get_object(Bucket=location.bucket, Key=location.prefix + name,
-                                       Range=f"bytes={offset}-{offset + READ_SIZE - 1}")["Body"].read())
-    return get, lambda: None
+        def get(name: str, offset: int) -> bytes:
+            return bytes(client.get_object(Bucket=location.bucket, Key=location.prefix + name,
+                                           Range=f"bytes={offset}-{offset + READ_SIZE - 1}")["Body"].read())
+        return get, lambda: None
+    reader = source.map_reader(names, ranged=True)
+    index = {name: j for j, name in enumerate(names)}
+    # The s3io reader holds only clients, made per process, and has no close; the others give back descriptors.
+    return (lambda name, offset: bytes(reader.read(index[name], offset, READ_SIZE))), getattr(reader, "close",
+                                                                                               lambda: None)
 
 
-def random_cell(manifest: Manifest, source: Any, uri: str, settings: S3Settings, *, reads: int, seed: int,
-                program_pid: int | None = None) -> dict[str, Any]:
+def random_cell(manifest: Manifest, source: Any, *, reads: int, seed: int, program_pid: int | None = None
+                ) -> dict[str, Any]:
     """``reads`` 64 KiB reads at random offsets, one after another, through the route behind ``source``."""
     offsets = random_offsets(manifest, reads, seed)
     sizes = {s.name: s.bytes for s in manifest.shards}
-    read, close = _range_reader(source, uri, settings)
+    read, close = range_reader(source, [s.name for s in manifest.shards])
     latencies, total = [], 0
     try:
         with ResourceMonitor(program_pid) as monitor:

@@ -14,11 +14,13 @@ import os
 import time
 from typing import Any
 
+from benchmarks.harness.limits import LOCAL
 from benchmarks.harness.monitor import ResourceMonitor
 from mountctl import S3Settings, paths
-from mountctl.pytorch.data.dataset import BATCH_TIMEOUT_S  # a wedged source fails the cell, never hangs it
-from mountctl.pytorch.data.index_mount import object_list_for
-from mountctl.pytorch.data.manifest import Manifest, load_manifest
+from mountctl.pytorch.data.datasets.dataset import BATCH_TIMEOUT_S  # a wedged source fails the cell, never hangs it
+from mountctl.pytorch.data.index.index_mount import object_list_for
+from mountctl.pytorch.data.index.manifest import Manifest, load_manifest
+from mountctl.pytorch.data.sources.mountpoint import MountpointOptions
 from mountctl.pytorch.training.rates import epoch_figures
 
 # A route that mounts exactly the objects of the dataset's index (mount-s3's manifest mount, ``--from-index``).
@@ -39,22 +41,21 @@ def route_read_ahead(backend: str) -> bool | None:
 
 
 def route_options(uri: str, settings: S3Settings, backend: str, *, whole_files: bool = False) -> dict[str, Any]:
-    """``open_source``'s options for a plan's backend: the program, for an index route the object list, the
-    read-ahead where the route turns it on, and ``whole_files`` for cells that read shards front to back."""
+    """``open_source``'s keywords for a plan's backend: the mountpoint kind's options (the program, for an index
+    route the object list, the read-ahead where the route turns it on), and ``whole_files`` for cells that read
+    shards front to back."""
     program, from_index = route_backend(backend)
-    options: dict[str, Any] = {"backend": program, "read_ahead": route_read_ahead(backend), "whole_files": whole_files}
-    if from_index:
-        options["objects"] = object_list_for(load_manifest(settings, uri), settings, uri)
-    if options["read_ahead"]:
-        # The read-ahead is not part of what a mount serves, so this route would join the default route's shared
-        # mount, and its epoch 1 would read the cache the default's two epochs had filled. A cache of its own is a
-        # request of its own: a fresh mount, cold like every other route's.
-        options["cache_dir"] = os.path.join(paths.cache_root(), "bench" + READ_AHEAD_ROUTE)
-    return options
+    read_ahead = route_read_ahead(backend)
+    objects = object_list_for(load_manifest(settings, uri), settings, uri) if from_index else None
+    # The read-ahead is not part of what a mount serves, so its route would join the default route's shared
+    # mount, and its epoch 1 would read the cache the default's two epochs had filled. A cache of its own is a
+    # request of its own: a fresh mount, cold like every other route's.
+    cache_dir = os.path.join(paths.cache_root(), "bench" + READ_AHEAD_ROUTE) if read_ahead else None
+    return {"mountpoint": MountpointOptions(backend=program, read_ahead=read_ahead, objects=objects,
+                                            cache_dir=cache_dir), "whole_files": whole_files}
 
 __all__ = ["loader_cell", "first_sample_cell", "train_cell", "ceiling_cell", "BATCH_TIMEOUT_S", "INDEX_ROUTE",
-           "READ_AHEAD_ROUTE", "route_backend", "route_read_ahead", "route_options"]
-
+           "READ_AHEAD_ROUTE", "route_backend", "route_read_ahead", "route_options", "LOCAL", "find_cell", "ratio"]
 
 
 def _per_sample_mb(manifest: Manifest) -> float:
@@ -71,7 +72,7 @@ def loader_cell(manifest: Manifest, source: Any, *, num_workers: int, batch_size
     """
     import warnings
 
-    from mountctl.pytorch.data.dataset import EpochLoader, ShardDataset
+    from mountctl.pytorch.data.datasets.dataset import EpochLoader, ShardDataset
 
     # More workers than cores is a point of the sweep, not a mistake.
     warnings.filterwarnings("ignore", message=r".*suggested max number of worker.*")
@@ -97,7 +98,7 @@ def first_sample_cell(manifest: Manifest, source: Any) -> dict[str, Any]:
     import PIL.Image  # noqa: F401  imported before the clock starts: the first source must not pay for it
     import webdataset.tariterators  # noqa: F401
 
-    from mountctl.pytorch.data.shards import decode, read_shard
+    from mountctl.pytorch.data.datasets.shards import decode, read_shard
 
     shard = manifest.shards[0]
     started = time.perf_counter()
@@ -129,9 +130,9 @@ def train_cell(uri: str, settings: S3Settings, *, kind: str, backend: str, batch
 
     _quiet_lightning()
     program, from_index = route_backend(backend)
-    config = TrainConfig(uri=uri, source_kind=kind, backend=program, from_index=from_index,
-                         read_ahead=route_read_ahead(backend), batch_size=batch_size,
-                         max_epochs=epochs,
+    config = TrainConfig(uri=uri, source_kind=kind, batch_size=batch_size, max_epochs=epochs,
+                         mountpoint=MountpointOptions(backend=program, from_index=from_index,
+                                                      read_ahead=route_read_ahead(backend)),
                          num_workers=num_workers, precision=precision, accelerator=accelerator, devices="1",
                          warmup_batches=warmup_steps, progress=False, seed=seed, decode=decode)
     with ResourceMonitor(program_pid) as monitor:
@@ -179,3 +180,14 @@ def ceiling_cell(manifest: Manifest, *, batch_size: int, steps: int, warmup_step
             "samples_per_s": epoch["images_per_s"] or 0.0, "images": epoch["images"], "batches": epoch["batches"],
             "warmup_batches": epoch["warmup_batches"], "precision": precision, "device": device.type,
             **monitor.usage.to_dict()}
+
+
+def find_cell(cells: list[dict[str, Any]], cell: str, **match: Any) -> dict[str, Any] | None:
+    """The first measured cell of a kind whose fields equal ``match``: the limit a ratio is taken to."""
+    return next((c for c in cells if c["cell"] == cell and c["status"] == "ok"
+                 and all(c.get(k) == v for k, v in match.items())), None)
+
+
+def ratio(row: dict[str, Any], limit: dict[str, Any] | None, field: str) -> float | None:
+    """``row``'s figure over the same figure of its limit, to three places (None: no limit, or a zero one)."""
+    return round(row[field] / limit[field], 3) if limit and limit.get(field) else None

@@ -24,13 +24,17 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from benchmarks.harness import CHECKOUT
+from benchmarks.harness.bars import grouped_bars
+from benchmarks.harness.config import SweepConfig
+from benchmarks.harness.limits import LOCAL
 from benchmarks.harness.monitor import ResourceMonitor
+from benchmarks.harness.sweep_run import CELL_ERRORS, Planned, StoreCells, SweepRun
+from benchmarks.harness.tables import table
 from mountctl import S3Settings, installed_backends
 
 __all__ = ["states_equal", "state_sizes", "checkpoint_routes", "dcp_routes", "run_checkpoint_cells",
-           "checkpoint_cell_count", "add_checkpoint_ratios", "checkpoint_rows", "checkpoint_bars", "dcp_failure"]
-
-LOCAL = "local-disk"
+           "checkpoint_cell_count", "add_checkpoint_ratios", "checkpoint_rows", "checkpoint_bars",
+           "checkpoint_markdown", "checkpoint_panel", "dcp_failure"]
 
 
 def states_equal(a: Any, b: Any) -> bool:
@@ -100,7 +104,10 @@ def dcp_routes(backends: tuple[str, ...] = ()) -> list[str]:
     return ["dcp-s3", *(f"dcp-mount/{b}" for b in backends or installed_backends())]
 
 
-def checkpoint_cell_count(config: Any) -> int:
+def checkpoint_cell_count(config: SweepConfig, planned: Planned) -> int:
+    """Save and load of each state through each route, and of the DCP routes (none unless the run checkpoints)."""
+    if not config.runs_checkpoints:
+        return 0
     states = len(state_sizes(config.checkpoint_model, config.checkpoint_mb))
     return 2 * (states * len(checkpoint_routes(config.backends)) + len(dcp_routes(config.backends)))
 
@@ -271,12 +278,13 @@ def _remove_prefix(settings: S3Settings, uri: str) -> None:
         s3.delete_objects(Bucket=location.bucket, Delete={"Objects": keys[first:first + 1000]})
 
 
-def run_checkpoint_cells(run: Any, uri: str, scratch: str, errors: tuple[type[BaseException], ...]) -> None:
-    """Every checkpoint cell of the sweep; ``run`` records them (``sweep._Run``), a failure in ``errors``
-    as a failed cell.  Ratios come later (``add_checkpoint_ratios``)."""
-    config = run.config
+def run_checkpoint_cells(run: SweepRun, store: StoreCells) -> None:
+    """Every checkpoint cell of the sweep, under the bench prefix and the run's scratch directory; ``run`` records
+    them, a failure in ``CELL_ERRORS`` as a failed cell.  Ratios come later (``add_checkpoint_ratios``)."""
+    config, errors = run.config, CELL_ERRORS
     backends = config.backends
-    uri = uri + "checkpoints/"
+    uri = config.uri + "checkpoints/"
+    scratch = f"{store.scratch}/checkpoints"
     os.makedirs(scratch, exist_ok=True)
     for label, make in state_sizes(config.checkpoint_model, config.checkpoint_mb):
         state = make()
@@ -384,3 +392,17 @@ def _dcp_main(where: str, megabytes: int) -> None:
 
 if __name__ == "__main__":  # the DCP cells' child: python -m ...checkpoint_cells WHERE MEGABYTES
     _dcp_main(sys.argv[1], int(sys.argv[2]))
+
+
+def checkpoint_markdown(cells: list[dict[str, Any]]) -> str:
+    """The checkpoint section ("" where the run has no checkpoint cell)."""
+    if not any(c["cell"] == "checkpoint" for c in cells):
+        return ""
+    return "## Checkpoints: save and load per route\n\n" + table(*checkpoint_rows(cells))
+
+
+def checkpoint_panel(axis: Any, cells: list[dict[str, Any]], store: str) -> None:
+    """The chart's checkpoint row: MB/s per route, grouped by state and op."""
+    grouped_bars(axis, checkpoint_bars(cells))
+    axis.set_ylabel("MB/s")
+    axis.set_title(f"{store}: checkpoint save and load per route")

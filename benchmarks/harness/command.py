@@ -16,9 +16,9 @@ from typing import Any
 from benchmarks.harness.config import ACCELERATORS, PRESETS, SUITES
 from benchmarks.harness.stores import STORE_CHOICES
 from mountctl import BACKEND_NAMES, InvalidSpec
-from mountctl.pytorch.data.device_decode import DECODE_CHOICES
+from mountctl.pytorch.data.decode.device_decode import DECODE_CHOICES
 from mountctl.pytorch.data.sources import SOURCE_KINDS
-from mountctl.pytorch.data.sources.mountpoint import add_mountpoint_arguments, mountpoint_options
+from mountctl.pytorch.data.sources.mountpoint import MountpointOptions, add_mountpoint_arguments
 
 __all__ = ["add_commands", "add_bench_arguments", "bench_config", "run_bench", "DEFAULT_URI"]
 
@@ -129,8 +129,8 @@ def bench_config(args: argparse.Namespace) -> Any:
             raise InvalidSpec("with --source-kind, give one --num-workers count")
         return BenchConfig(
             uri=args.uri, source_kind=args.source_kind, batch_size=args.batch_size or 256, num_workers=workers[0],
-            epochs=args.epochs, warmup_batches=args.warmup_batches, backend=args.backend, mount_dir=args.mount_dir,
-            seed=args.seed, **mountpoint_options(args))
+            epochs=args.epochs, warmup_batches=args.warmup_batches, seed=args.seed,
+            mountpoint=MountpointOptions.from_args(args))
     if args.suite == "node":
         from benchmarks.harness.node_scale import NodeScaleConfig
 
@@ -248,15 +248,18 @@ def add_commands(commands: Any) -> None:
     add_bench_arguments(bench)
     bench.set_defaults(func=run_bench, configure=bench_config)
 
+    from benchmarks.harness.demo import DemoConfig
+
     demo = commands.add_parser("demo", help="make a small dataset, train with each source kind, compare images/s")
     demo.add_argument("uri", nargs="?", default=None,
                       help="s3://bucket/prefix/ for the demo's dataset (default: s3://mountctl/demo-shards/ "
                       "on the embedded local S3, started if it is not running)")
-    demo.add_argument("--num-images", type=int, default=512)
-    demo.add_argument("--image-size", type=int, default=64)
-    demo.add_argument("--batch-size", type=int, default=32)
-    demo.add_argument("--max-epochs", type=int, default=2, help="default 2: epoch 1 and epoch 2 shown apart")
-    demo.add_argument("--num-workers", type=int, default=2)
+    demo.add_argument("--num-images", type=int, default=DemoConfig.num_images)  # the defaults are DemoConfig's
+    demo.add_argument("--image-size", type=int, default=DemoConfig.image_size)
+    demo.add_argument("--batch-size", type=int, default=DemoConfig.batch_size)
+    demo.add_argument("--max-epochs", type=int, default=DemoConfig.max_epochs,
+                      help="default 2: epoch 1 and epoch 2 shown apart")
+    demo.add_argument("--num-workers", type=int, default=DemoConfig.num_workers)
     demo.add_argument("--kinds", nargs="+", choices=list(SOURCE_KINDS), default=list(SOURCE_KINDS))
     demo.add_argument("--store", choices=("local", "far"), default="far",
                       help="far (default): train and bench read through a proxy with S3's latency and rate, so the "

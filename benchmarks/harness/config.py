@@ -6,7 +6,7 @@ from dataclasses import dataclass, replace
 
 from benchmarks.harness.stores import check_store_choice, far_profile
 from mountctl import InvalidSpec, parse_s3_uri
-from mountctl.pytorch.data.device_decode import DECODE_CHOICES
+from mountctl.pytorch.data.decode.device_decode import DECODE_CHOICES
 from mountctl.pytorch.data.sources import SOURCE_KINDS
 from mountctl.pytorch.data.synthetic import parse_size
 
@@ -81,6 +81,10 @@ class SweepConfig:
     # Map-style cells (map_cells.py: a files layout and random access) and checkpoint cells: off in --quick.
     map_cells: bool = True
     checkpoints: bool = True
+    # The standard-loader cells (standard_cells.py: torchvision ImageFolder, shuffle, with and without
+    # ReadAheadSampler): in --quick too, so that a standard loader through a mount is never left unmeasured.
+    standard_cells: bool = True
+    standard_images: int | None = None  # images in its class tree; None: 3,000, or 400 with --quick
     # Peer libraries read the same samples in their own formats (peers.py): loader and bytes cells per dataset.
     peers: tuple[str, ...] = PEERS
     # Which stores every cell reads through (stores.py): the endpoint itself, a far-store proxy before it,
@@ -132,6 +136,9 @@ class SweepConfig:
         twice = sorted({peer for peer in self.peers if self.peers.count(peer) > 1})
         if twice:
             raise InvalidSpec(f"--peers names {', '.join(twice)} more than once: each peer runs its cells once")
+        if self.standard_images is not None and self.standard_images < 10:
+            raise InvalidSpec(f"the standard-loader cell needs at least 10 images (one per class), not "
+                              f"{self.standard_images}")
         if self.decode not in DECODE_CHOICES:
             raise InvalidSpec(f"--decode must be one of {', '.join(DECODE_CHOICES)}, not {self.decode!r}")
 
@@ -158,13 +165,13 @@ class SweepConfig:
         return "16-mixed" if self.accelerator == "gpu" else default_precision("cpu")
 
 
-# --quick: a first look that costs what one should (issue #26.13: it took 21 min with both stores and every
-# cell kind).  The far store only (the store shaped like S3; --store both adds the endpoint itself), one
-# dataset, the default worker count, every source kind, the peers' loader cells, training; no map-style or
-# checkpoint cells (--preset full has them; --suite checkpoint runs the checkpoint cells alone).
-# Measured alone on two idle AMD EPYC cores, 2026-11-25: 77 cells in 194 s (202 s wall), datasets already made;
-# `--store both` took 416 s with the datasets made and converted in the run (BENCHMARKS.md, headline re-run).
-QUICK_EXPECTED = "about 3.5 minutes on two idle CPU cores once its datasets exist (more on a fresh clone or a busy machine)"
+# --quick: a first look that costs what one should (issue #26.13: with both stores and every cell kind it cost
+# far more).  The far store only (the store shaped like S3; --store both adds the endpoint itself), one
+# dataset, the default worker count: the raw-GET limit, every source kind's first-sample and loader cells, the
+# bytes and random-read cells, the peers' loader and bytes cells, the standard-loader cells and training; no
+# map-style or checkpoint cells (--preset full has them; --suite checkpoint runs the checkpoint cells alone).
+# How long a run takes: the start times of the three runs behind BENCHMARKS.md's "Loader and training" section.
+QUICK_EXPECTED = "about 6 minutes on two idle CPU cores once its datasets exist (more on a fresh clone or a busy machine)"
 PRESETS: dict[str, dict[str, object]] = {
     "full": {},
     # 4 MB shards: 2,000 images make about 8 shards per reader, so cross-file read-ahead can show (16 MB shards
@@ -177,7 +184,9 @@ PRESETS: dict[str, dict[str, object]] = {
              "batch_size": 16, "warmup_batches": 1, "shuffle_buffer": 16, "train_image_size": 32, "train_batch_size": 8,
              "train_steps": 2, "train_warmup_steps": 1, "train_workers": 1, "bytes_readers": (1, 2), "random_reads": 8,
              "checkpoint_model": "", "checkpoint_mb": 4, "quick": True, "far_cells": "loader",
-             "peers": ()},  # the peer cells have their own test (tests/test_peers.py)
+             # the peer and standard-loader cells have their own tests (tests/test_peers.py,
+             # tests/test_readahead_sampler_mount.py)
+             "peers": (), "standard_cells": False},
 }
 
 

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import functools
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from mountctl import InvalidSpec, S3Settings, parse_s3_uri, resolve
-from mountctl.pytorch.data.manifest import check_shards_present, load_manifest
-from mountctl.pytorch.data.sources import check_source_choice, open_source
-from mountctl.pytorch.data.sources.mountpoint import check_from_index
+from mountctl.pytorch.data.index.manifest import check_shards_present, load_manifest
+from mountctl.pytorch.data.sources import MountpointOptions, check_source_choice, open_source
 
 __all__ = ["BenchConfig", "bench_loader"]
 
@@ -29,35 +28,26 @@ class BenchConfig:
     num_workers: int = 2
     epochs: int = 1
     warmup_batches: int = 5
-    backend: str = "auto"
-    mount_dir: str | None = None
     seed: int = 0
-    cache: bool = True  # mountpoint kind: see TrainConfig
-    cache_dir: str | None = None
-    cache_size_mb: int | None = None
-    read_ahead: bool | None = None  # None: the mountpoint kind's default (next shards read into memory)
-    from_index: bool = False
+    mountpoint: MountpointOptions = field(default_factory=MountpointOptions)  # the mountpoint kind's own, as train's
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "uri", str(parse_s3_uri(self.uri)))
-        check_source_choice(self.source_kind, self.backend)
-        check_from_index(self.source_kind, self.backend, self.from_index)
+        check_source_choice(self.source_kind, self.mountpoint)
         if self.batch_size < 1 or self.epochs < 1 or self.num_workers < 0 or self.warmup_batches < 0:
             raise InvalidSpec("batch size and epochs must be positive; workers and warm-up batches not negative")
 
 
 def bench_loader(config: BenchConfig, *, settings: S3Settings | None = None) -> dict[str, Any]:
-    from mountctl.pytorch.data.dataset import BATCH_TIMEOUT_S, EpochLoader, ShardDataset
+    from mountctl.pytorch.data.datasets.dataset import BATCH_TIMEOUT_S, EpochLoader, ShardDataset
     from mountctl.pytorch.training.rates import rate_after_warmup, whole_epoch
 
     settings = settings or resolve()
     manifest = load_manifest(settings, config.uri)
     check_shards_present(settings, config.uri, manifest)
     epochs = []
-    with open_source(config.source_kind, config.uri, settings, backend=config.backend, mount_dir=config.mount_dir,
-                     cache=config.cache, cache_dir=config.cache_dir, cache_size_mb=config.cache_size_mb,
-                     read_ahead=config.read_ahead, readers=max(1, config.num_workers),
-                     from_index=config.from_index, manifest=manifest, whole_files=True) as source:
+    with open_source(config.source_kind, config.uri, settings, mountpoint=config.mountpoint,
+                     readers=max(1, config.num_workers), manifest=manifest, whole_files=True) as source:
         dataset = ShardDataset(manifest, source, batch_size=config.batch_size, seed=config.seed)
         for epoch in range(config.epochs if manifest.layout == "shards" else 0):
             extra = {"timeout": BATCH_TIMEOUT_S} if config.num_workers else {}

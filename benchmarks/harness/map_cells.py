@@ -23,20 +23,22 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from benchmarks.harness.cells import route_options
+from benchmarks.harness.config import SweepConfig
+from benchmarks.harness.limits import LOCAL, LocalDiskSource
+from benchmarks.harness.loader_cells import source_plan
 from benchmarks.harness.monitor import ResourceMonitor
-from mountctl import MountctlError, S3Settings, parse_s3_uri, s3
-from mountctl.pytorch.data.dataset import BATCH_TIMEOUT_S
-from mountctl.pytorch.data.manifest import Manifest, load_manifest
+from benchmarks.harness.sweep_run import CELL_ERRORS, Planned, StoreCells, SweepRun
+from mountctl import S3Settings, parse_s3_uri, s3
+from mountctl.pytorch.data.datasets.dataset import BATCH_TIMEOUT_S
+from mountctl.pytorch.data.index.manifest import Manifest, load_manifest
 from mountctl.pytorch.training.rates import epoch_figures
 
 __all__ = ["map_cells", "map_cell_count", "add_map_ratios", "map_markdown", "READAHEAD_THREADS"]
 
 READAHEAD_THREADS = 16
-LOCAL = "local-disk"
 # Class folders of the files dataset: ImageFolder data has many images per class folder (ImageNet ~1,300),
 # so a mount lists each folder once for many files; 1,000 classes over 2,000 images would not.
 FILES_CLASSES = 10
-CELL_ERRORS = (MountctlError, OSError, RuntimeError, ValueError)  # as the sweep's: a failed source is recorded
 
 
 def _images(config: Any) -> int:
@@ -48,8 +50,11 @@ def _files_label(config: Any) -> str:
     return f"files-img{config.image_size}-n{_images(config)}-c{FILES_CLASSES}"
 
 
-def map_cell_count(config: Any, sources: int) -> int:
-    return 2 * 2 * (1 + sources) * len(config.num_workers)  # layouts x read-ahead x sources x workers
+def map_cell_count(config: SweepConfig, planned: Planned) -> int:
+    """Layouts x read-ahead x sources (and local disk) x worker counts, where the store has a dataset to read."""
+    if not (planned.datasets and config.map_cells):
+        return 0
+    return 2 * 2 * (1 + len(source_plan(config))) * len(config.num_workers)
 
 
 def _files_dataset(config: Any, settings: S3Settings) -> tuple[str, Manifest]:
@@ -94,8 +99,8 @@ def map_loader_cell(manifest: Manifest, source: Any, uri: str, *, num_workers: i
     """``images`` samples in a shuffled order, map-style, as fast as the DataLoader delivers them."""
     from torch.utils.data import DataLoader
 
-    from mountctl.pytorch.data.mapsampler import epoch_permutation
-    from mountctl.pytorch.data.mapstyle import MapSampleDataset, collate
+    from mountctl.pytorch.data.datasets.mapstyle import MapSampleDataset, collate
+    from mountctl.pytorch.data.sampling.mapsampler import epoch_permutation
     from mountctl.pytorch.errors import DatasetError
 
     dataset = MapSampleDataset.from_manifest(manifest, source, uri, readahead_threads=readahead_threads)
@@ -114,22 +119,20 @@ def map_loader_cell(manifest: Manifest, source: Any, uri: str, *, num_workers: i
     return {**epoch_figures(marks, sizes, warmup_batches, mb_per_sample=per_sample_mb), **monitor.usage.to_dict()}
 
 
-def map_cells(run: Any, shard_manifest: Manifest, shard_uri: str, shard_dataset: str, local_shards: Any,
-              sources: list[tuple[str, str, str]], scratch: str) -> None:
-    """Both layouts through every source (and local disk), at each worker count, read-ahead off and on."""
-    from benchmarks.harness.limits import LocalDiskSource
-
-    config, settings = run.config, run.settings
+def map_cells(run: SweepRun, store: StoreCells) -> None:
+    """Both layouts through every source (and local disk), at each worker count, read-ahead off and on: the files
+    dataset (made here), and random access into the store's first shard dataset."""
+    config, settings, scratch, shards = run.config, run.settings, store.scratch, store.datasets[0]
     # Made and copied through the endpoint itself (run.origin); read through the store being measured.
     files_uri, files_manifest = _files_dataset(config, run.origin)
     local_files = LocalDiskSource(_copy_files(run.origin, files_uri, files_manifest, f"{scratch}/map-files"))
     images = _images(config)
     plans = [("files", files_uri, files_manifest, local_files, _files_label(config)),
-             ("shards-random", shard_uri, shard_manifest, local_shards, shard_dataset)]
+             ("shards-random", shards.uri, shards.manifest, shards.local, shards.label)]
     for layout, uri, manifest, local, dataset in plans:
         with contextlib.ExitStack() as stack:
             opened = []
-            for label, kind, backend in [(LOCAL, LOCAL, "-"), *sources]:
+            for label, kind, backend in [(LOCAL, LOCAL, "-"), *source_plan(config)]:
                 head = {"cell": "map", "layout": layout, "dataset": dataset, "source": label, "kind": kind,
                         "backend": backend, "images": images}
                 try:

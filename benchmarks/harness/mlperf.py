@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.harness.dlio import dlio_venv, read_summary, run_dlio
+from benchmarks.harness.limits import LOCAL
 from benchmarks.harness.stores import check_store_choice, far_profile, plan_stores
 from mountctl import InvalidSpec, S3Settings, installed_backends, parse_s3_uri, resolve
 
@@ -90,8 +91,8 @@ def _scale(files: int, unet_bytes: int, image_files: int, epochs: int, read_thre
         MlperfWorkload("unet3d", "unet3d_h100", files, unet_bytes, batch_size=7, computation_time=0.323,
                        read_threads=read_threads, epochs=epochs),
         # resnet50_h100 asks 400 images per 0.224 s (1,786/s per accelerator): beyond two cores' JPEG decode
-        # (one rank read 112/s from local disk here at load 26), so the batch is scaled to 16 at the same
-        # compute time: 71 images/s per accelerator.
+        # (local disk, the reference, reads far fewer here: BENCHMARKS.md, "DLIO"), so the batch is scaled to
+        # 16 at the same compute time: 71 images/s per accelerator.
         MlperfWorkload("resnet50-jpeg", "resnet50_h100", image_files, 114_688, batch_size=16, computation_time=0.224,
                        read_threads=read_threads, epochs=epochs, extra=_PYTORCH_IMAGES),
     )
@@ -236,7 +237,7 @@ def _route_dir(route: str, local: str, uri: str, settings: S3Settings, workload:
     is mounted, while DLIO starts at once (what ``mountctl mount --warm`` does for a user's loader; mount-s3 does
     it by itself when the dataset fits its cache, and ``+no-warm`` turns that off).
     """
-    if route == "local-disk":
+    if route == LOCAL:
         yield local
         return
     import mountctl
@@ -248,7 +249,7 @@ def _route_dir(route: str, local: str, uri: str, settings: S3Settings, workload:
     if variant == "no-warm":  # mount-s3's automatic warm turned off: the default of the round before it
         options["warm"] = "off"
     if variant == "index":
-        from mountctl.pytorch.data.index_mount import object_list_under
+        from mountctl.pytorch.data.index.index_mount import object_list_under
 
         # The objects listed once, before DLIO starts: each open of the run is answered from the list.
         options["objects"] = object_list_under(settings, uri)
@@ -328,7 +329,7 @@ def run_mlperf(config: MlperfConfig, *, settings: S3Settings | None = None,
             if not _dataset_present(plan.origin, uri, workload):
                 upload_dataset(plan.origin, local, uri)
             # Local disk does not depend on the store: measured once, the reference for every store.
-            search(workload, "local-disk", "-", local, uri, plan.origin)
+            search(workload, LOCAL, "-", local, uri, plan.origin)
             for store in stores:
                 with plan.settings(store, os.path.join(scratch, "far-proxy")) as store_s3:
                     result["stores"][store] = {"endpoint": store_s3.endpoint_url or "AWS S3",
@@ -352,7 +353,7 @@ def kept_table(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for run in runs:
         if "accelerators" in run:
             groups.setdefault((run["workload"], run["route"], run["store"]), []).append(run)
-    local = {w: accelerators_kept(rs) for (w, r, _), rs in groups.items() if r == "local-disk"}
+    local = {w: accelerators_kept(rs) for (w, r, _), rs in groups.items() if r == LOCAL}
     rows = []
     for (workload, route, store), group in groups.items():
         kept = accelerators_kept(group)
@@ -369,13 +370,13 @@ def kept_table(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def run_mlperf_command(config: MlperfConfig, uri: str | None, default_uri: str, *, progress: bool = True) -> int:
     """``resnet.py bench --suite mlperf``: the suite, its JSON and Markdown under ``--out``, the tables printed.
     ``config`` is built and checked before this starts anything (``benchmark/command.py``)."""
-    from benchmarks.harness.report import mlperf_markdown, write_mlperf_report
+    from benchmarks.harness.report import mlperf_markdown, write_report
     from mountctl import uri_or_embedded
 
     dlio_venv()  # a missing DLIO is a setup error: said before the embedded S3 starts, not after
     with uri_or_embedded(uri, default_uri):
         result = run_mlperf(config, progress=print if progress else (lambda _: None))
-    paths = write_mlperf_report(result, config.out)
+    paths = write_report(result, config.out, "mlperf")
     print(mlperf_markdown(result))
     print("wrote " + ", ".join(paths.values()), flush=True)
     return 0

@@ -1,4 +1,4 @@
-"""``ResourceMonitor``: CPU and peak RSS of the loader processes and of the mount program during one cell.
+"""``ResourceMonitor``: CPU and peak memory of the loader processes and of the mount program during one cell.
 
 A daemon thread samples with psutil every ``interval_s``.  The loader
 processes are this process plus the children that appear during the cell
@@ -7,6 +7,13 @@ supervisor, a local S3 server started by a test) and mount programs are
 left out of them.  CPU time is accumulated per process from the last sample
 it was seen in, so a worker that exits between samples loses at most one
 interval.
+
+Memory is reported twice for the loader processes.  RSS summed over them
+counts every page that forked DataLoader workers share with the bench
+process once per process, so it grows with the worker count and with
+whatever the bench process holds.  PSS (``/proc/PID/smaps_rollup``) charges
+a shared page to each sharer by its share, so its sum counts it once: the
+memory the loader really took.  Both are kept, so older reports still read.
 """
 
 from __future__ import annotations
@@ -28,7 +35,8 @@ _NOT_LOADERS = ("rclone", "s3fs", "mount-s3", "weed")
 class Usage:
     seconds: float
     loader_cpu_pct: float  # 100 = one core busy
-    loader_peak_rss_mb: float
+    loader_peak_rss_mb: float  # summed RSS: shared pages counted once per process
+    loader_peak_pss_mb: float | None  # summed PSS: shared pages counted once; None where smaps_rollup is unreadable
     program_cpu_pct: float | None
     program_peak_rss_mb: float | None
 
@@ -39,6 +47,20 @@ class Usage:
 def _cpu(process: psutil.Process) -> float:
     times = process.cpu_times()
     return times.user + times.system
+
+
+def _pss_bytes(pid: int) -> int | None:
+    """The process's proportional set size, or None where the kernel does not say (no smaps_rollup before
+    Linux 4.14, or the process is gone). smaps_rollup, not psutil's memory_full_info: that one walks the whole
+    smaps file, too slow to sample a large process five times a second."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup", "rb") as rollup:
+            for line in rollup:
+                if line.startswith(b"Pss:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
 
 
 class ResourceMonitor:
@@ -52,6 +74,7 @@ class ResourceMonitor:
         self._start_cpu: dict[int, float] = {}
         self._last_cpu: dict[int, float] = {}
         self._peak_loader_rss = 0
+        self._peak_loader_pss: int | None = 0
         self._peak_program_rss = 0
         self._started = 0.0
         self._usage: Usage | None = None
@@ -72,6 +95,7 @@ class ResourceMonitor:
 
     def _sample(self) -> None:
         rss = 0
+        pss: int | None = 0
         for process in self._loaders():
             try:
                 with process.oneshot():
@@ -79,7 +103,16 @@ class ResourceMonitor:
                     rss += process.memory_info().rss
             except psutil.Error:
                 continue
+            own = _pss_bytes(process.pid)
+            if own is None and process.pid == self._me.pid:
+                pss = None  # no PSS for the bench process itself: the sum would say too little
+            elif own is not None and pss is not None:
+                pss += own
         self._peak_loader_rss = max(self._peak_loader_rss, rss)
+        if pss is None or self._peak_loader_pss is None:
+            self._peak_loader_pss = None
+        else:
+            self._peak_loader_pss = max(self._peak_loader_pss, pss)
         if self._program is not None:
             try:
                 with self._program.oneshot():
@@ -117,6 +150,7 @@ class ResourceMonitor:
             seconds=seconds,
             loader_cpu_pct=100 * used(loader_pids) / seconds,
             loader_peak_rss_mb=self._peak_loader_rss / 2**20,
+            loader_peak_pss_mb=None if self._peak_loader_pss is None else self._peak_loader_pss / 2**20,
             program_cpu_pct=100 * used([-1]) / seconds if self._program is not None else None,
             program_peak_rss_mb=self._peak_program_rss / 2**20 if self._program is not None else None)
 

@@ -124,7 +124,7 @@ def _load_average() -> list[float]:
 
 
 def node_table(result: dict[str, Any]) -> str:
-    """The cells as one Markdown table (benchmarks/benchmarks_md.py takes it as it is)."""
+    """The cells as one Markdown table (``benchmarks_page.py`` takes it as it is for BENCHMARKS.md)."""
     lines = ["| store | program | MB/s | limit MB/s | x limit | slowest rank / mean | failed reads | restarts | "
              "CPU s/GB | peak RSS MiB (bound) |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for c in result["cells"]:

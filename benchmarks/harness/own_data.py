@@ -15,14 +15,14 @@ from botocore.exceptions import ClientError
 
 from benchmarks.harness.config import SweepConfig
 from mountctl import S3Settings, parse_s3_uri
-from mountctl.pytorch.data.location import IndexLocation
-from mountctl.pytorch.data.manifest import MANIFEST_NAME, Manifest, index_hint, load_dataset_description
+from mountctl.pytorch.data.index.location import IndexLocation
+from mountctl.pytorch.data.index.manifest import MANIFEST_NAME, Manifest, index_hint, load_dataset_description
 from mountctl.pytorch.errors import DatasetError, NoShards
 from mountctl.s3 import is_not_found, short_client
 
 __all__ = ["OwnDataset", "find_own_dataset", "own_data_config", "LEFT_OUT"]
 
-LEFT_OUT = "training, map-style and checkpoint cells (they need data `make` writes under a writable bench prefix)"
+LEFT_OUT = "training, map-style, standard-loader and checkpoint cells (they need data `make` writes under a writable bench prefix)"
 
 
 @dataclass(frozen=True)
@@ -78,4 +78,4 @@ def find_own_dataset(config: SweepConfig, settings: S3Settings) -> tuple[OwnData
 
 def own_data_config(config: SweepConfig) -> SweepConfig:
     """The sweep without the cells that need ``make``'s datasets or write under the bench prefix."""
-    return replace(config, train=False, map_cells=False, checkpoints=False)
+    return replace(config, train=False, map_cells=False, checkpoints=False, standard_cells=False)

@@ -33,8 +33,8 @@ from typing import Any
 from benchmarks.harness.config import PEERS
 from benchmarks.harness.limits import copy_shards
 from mountctl import S3Settings, parse_s3_uri, s3
-from mountctl.pytorch.data.manifest import Manifest, ShardInfo
-from mountctl.pytorch.data.shards import read_shard
+from mountctl.pytorch.data.datasets.shards import read_shard
+from mountctl.pytorch.data.index.manifest import Manifest, ShardInfo
 from mountctl.pytorch.errors import DatasetError
 
 __all__ = ["PEERS", "PEER_FORMATS", "PeerMissing", "SampleChecksum", "sample_digest", "peer_uri", "peer_env", "litdata_storage_options",

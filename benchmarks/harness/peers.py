@@ -13,6 +13,7 @@ must equal the conversion's ``peer.json``.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -25,6 +26,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from benchmarks.harness import CHECKOUT
+from benchmarks.harness.config import SweepConfig
 from benchmarks.harness.peer_cleanup import remove_streaming_segments
 from benchmarks.harness.peer_data import (
     PEERS,
@@ -35,11 +37,13 @@ from benchmarks.harness.peer_data import (
     peer_uri,
     sample_digest,
 )
+from benchmarks.harness.sweep_run import EPOCHS, DatasetCells, Planned, StoreCells, SweepRun
 from mountctl import S3Settings, redact, resolve
 from mountctl.pytorch.errors import DatasetError
 
-__all__ = ["PEERS", "PEER_MODES", "CHILD_TIMEOUT_S", "open_peer_dataset", "peer_epochs", "peer_cell_count", "prepare_peer_data",
-           "peer_cells", "peer_train_cells", "peer_comparison", "peer_markdown", "TARGET"]
+__all__ = ["PEERS", "PEER_MODES", "CHILD_TIMEOUT_S", "open_peer_dataset", "peer_epochs", "peer_cell_count",
+           "peer_train_cell_count", "prepare_peer_data", "peer_cells", "peer_train_cells", "peer_comparison",
+           "peer_markdown", "TARGET"]
 
 # loader: read + decode; bytes: each sample's bytes, nothing decoded; train: ResNet-50 on the decoded batches
 PEER_MODES = ("loader", "bytes", "train")
@@ -85,8 +89,8 @@ def open_peer_dataset(peer: str, uri: str, cache: str, settings: S3Settings, *, 
 
 def _samples(inner: Any, *, image_size: int, decode: bool) -> Iterator[tuple[Any, int, int, int, float]]:
     """(decoded image or byte count, label, index, digest, when this reader started) per sample."""
-    from mountctl.pytorch.data.shards import RawSample
-    from mountctl.pytorch.data.shards import decode as decode_sample
+    from mountctl.pytorch.data.datasets.shards import RawSample
+    from mountctl.pytorch.data.datasets.shards import decode as decode_sample
 
     started = time.perf_counter()  # CLOCK_MONOTONIC: comparable between processes on Linux
     for sample in inner:
@@ -332,26 +336,36 @@ def _head(peer: str, base: dict[str, Any]) -> dict[str, Any]:
     return {"source": peer, "kind": "peer", "peer": peer, "backend": "-", **base}
 
 
-def peer_train_cells(run: Any, manifest: Any, uri: str, markers: dict[str, dict[str, Any]]) -> None:
+def peer_train_cells(run: SweepRun, store: StoreCells) -> None:
     """One ResNet-50 training cell per peer (full runs), as the mount's training cells: same model, sizes, workers."""
-    config = run.config
+    config, train = run.config, store.train
+    if train is None:
+        return
+    if store.gpu_missing:  # the training cells' note says why; a peer's epochs are counted and not run
+        run.bar.update(len(train.peers) * len(EPOCHS))
+        return
+    manifest, uri, markers = train.manifest, train.uri, train.peers
     base = {"dataset": config.train_dataset.label, "num_images": manifest.num_images,
             "num_workers": config.train_workers, "batch_size": config.train_batch_size}
     for peer in markers:
         run.epochs({"cell": "train", **_head(peer, base)},
-                   lambda p=peer: peer_epochs(run.settings, uri, markers[p], peer=p, mode="train",
-                                              num_workers=config.train_workers, batch_size=config.train_batch_size,
-                                              image_size=manifest.image_size, warmup_batches=config.train_warmup_steps,
-                                              total_bytes=manifest.total_bytes, seed=config.seed,
-                                              accelerator=config.accelerator, precision=config.train_precision,
-                                              num_classes=manifest.num_classes))
+                   functools.partial(peer_epochs, run.settings, uri, markers[peer], peer=peer, mode="train",
+                                     num_workers=config.train_workers, batch_size=config.train_batch_size,
+                                     image_size=manifest.image_size, warmup_batches=config.train_warmup_steps,
+                                     total_bytes=manifest.total_bytes, seed=config.seed,
+                                     accelerator=config.accelerator, precision=config.train_precision,
+                                     num_classes=manifest.num_classes))
 
 
-def peer_cell_count(config: Any, datasets: int, train: bool) -> int:
-    """Progress-bar rows of the peer cells: per dataset, loader (and bytes) epochs; the training epochs."""
+def peer_cell_count(config: SweepConfig, planned: Planned) -> int:
+    """Progress-bar rows of one dataset's peer cells: loader (and bytes) epochs of each peer."""
     per_peer = len(config.num_workers) + (len(config.bytes_readers) if config.bytes_cells else 0)
-    count = datasets * len(config.peers) * per_peer * 2 if config.loader_cells else 0
-    return count + (len(config.peers) * 2 if train and not config.quick else 0)
+    return len(config.peers) * per_peer * len(EPOCHS) if config.loader_cells else 0
+
+
+def peer_train_cell_count(config: SweepConfig, planned: Planned) -> int:
+    """The peers' training epochs: full runs only (--quick converts no training copy)."""
+    return len(config.peers) * len(EPOCHS) if planned.train and planned.peer_train and not config.quick else 0
 
 
 def prepare_peer_data(config: Any, settings: S3Settings, uri: str, manifest: Any) -> dict[str, dict[str, Any]]:
@@ -372,20 +386,20 @@ def _chunk_bytes(manifest: Any) -> int:
     return max(1 << 16, max(shard.bytes for shard in manifest.shards))
 
 
-def peer_cells(run: Any, manifest: Any, uri: str, base: dict[str, Any], markers: dict[str, dict[str, Any]]) -> None:
+def peer_cells(run: SweepRun, dataset: DatasetCells) -> None:
     """Loader cells (and bytes cells) of each peer on one dataset, epochs 1 and 2 per cell, each in its own child."""
-    config = run.config
+    config, manifest, uri, markers = run.config, dataset.manifest, dataset.uri, dataset.peers
     common = {"batch_size": config.batch_size, "image_size": manifest.image_size,
               "warmup_batches": config.warmup_batches, "total_bytes": manifest.total_bytes, "seed": config.seed}
     for peer in config.peers if config.loader_cells else ():
         for workers in config.num_workers:
-            run.epochs({"cell": "loader", "num_workers": workers, **_head(peer, base)},
-                       lambda p=peer, w=workers: peer_epochs(run.settings, uri, markers[p], peer=p, mode="loader",
-                                                             num_workers=w, **common))
+            run.epochs({"cell": "loader", "num_workers": workers, **_head(peer, dataset.base)},
+                       functools.partial(peer_epochs, run.settings, uri, markers[peer], peer=peer, mode="loader",
+                                         num_workers=workers, **common))
         for readers in config.bytes_readers if config.bytes_cells else ():
-            run.epochs({"cell": "bytes", "readers": readers, "variant": "own cache", **_head(peer, base)},
-                       lambda p=peer, r=readers: peer_epochs(run.settings, uri, markers[p], peer=p, mode="bytes",
-                                                             num_workers=r, **common))
+            run.epochs({"cell": "bytes", "readers": readers, "variant": "own cache", **_head(peer, dataset.base)},
+                       functools.partial(peer_epochs, run.settings, uri, markers[peer], peer=peer, mode="bytes",
+                                         num_workers=readers, **common))
 
 
 # -- the report's comparison -------------------------------------------------------------------

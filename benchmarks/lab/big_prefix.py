@@ -306,7 +306,7 @@ def main() -> int:
     import mountctl
     from mountctl.local_s3.far_proxy import FarProfile, FarProxy
     from mountctl.local_s3.server import LocalS3
-    from mountctl.pytorch.data.manifest import from_json_text
+    from mountctl.pytorch.data.index.manifest import from_json_text
     from mountctl.s3 import client as s3_client
 
     server = LocalS3(os.path.join(home, "s3"))

@@ -34,12 +34,12 @@ def _child(args: argparse.Namespace) -> None:
     torch_s = time.monotonic() - began
     from benchmarks.harness.limits import LocalDiskSource
     from mountctl import resolve
-    from mountctl.pytorch.data import dataset as dataset_module
-    from mountctl.pytorch.data.dataset import EpochLoader, ShardDataset
-    from mountctl.pytorch.data.manifest import load_manifest
-    from mountctl.pytorch.data.persistent import EpochFollower, shut_down_workers
-    from mountctl.pytorch.data.sources import open_source
-    from mountctl.pytorch.data.worker_imports import import_worker_modules
+    from mountctl.pytorch.data.datasets import dataset as dataset_module
+    from mountctl.pytorch.data.datasets.dataset import EpochLoader, ShardDataset
+    from mountctl.pytorch.data.datasets.epoch_follower import EpochFollower, shut_down_workers
+    from mountctl.pytorch.data.datasets.worker_imports import import_worker_modules
+    from mountctl.pytorch.data.index.manifest import load_manifest
+    from mountctl.pytorch.data.sources import MountpointOptions, open_source
 
     settings = resolve()
     manifest = load_manifest(settings, args.uri)
@@ -142,17 +142,19 @@ def _child(args: argparse.Namespace) -> None:
     if args.source == "local-disk":
         epochs(LocalDiskSource(args.local_dir))
     else:
-        with open_source("mountpoint", args.uri, settings, backend=args.source) as source:
+        with open_source("mountpoint", args.uri, settings, mountpoint=MountpointOptions(backend=args.source)) as source:
             epochs(source)
 
 
 def _train_child(args: argparse.Namespace) -> None:
     import io
 
+    from mountctl.pytorch.data.sources import MountpointOptions
     from mountctl.pytorch.training.trainer import TrainConfig, train
 
     started = time.monotonic()
-    config = TrainConfig(uri=args.uri, source_kind="mountpoint", backend=args.source, batch_size=args.batch_size,
+    config = TrainConfig(uri=args.uri, source_kind="mountpoint", mountpoint=MountpointOptions(backend=args.source),
+                         batch_size=args.batch_size,
                          max_epochs=args.epochs, num_workers=args.workers, arch="resnet18", devices="1",
                          accelerator="cpu", warmup_batches=args.warmup_batches, progress=False)
     summary = train(config, out=io.StringIO())
@@ -202,7 +204,7 @@ def main() -> None:
 
     from benchmarks.harness.limits import copy_shards
     from mountctl.local_s3.server import LocalS3
-    from mountctl.pytorch.data.manifest import load_manifest
+    from mountctl.pytorch.data.index.manifest import load_manifest
     from mountctl.pytorch.data.synthetic import MakeConfig, make_dataset
 
     with tempfile.TemporaryDirectory(prefix="mountctl-epoch-start-") as home:

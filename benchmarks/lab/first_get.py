@@ -17,13 +17,10 @@ import argparse
 import os
 import random
 import statistics
-import tempfile
 import time
 
 import mountctl
-from mountctl import s3
-from mountctl.local_s3.far_proxy import FarProfile
-from mountctl.local_s3.server import LocalS3
+from benchmarks.lab.scratch_server import far_scratch_server
 
 MIB = 1 << 20
 SAMPLE = 110_000  # about one of the bench's JPEGs
@@ -54,31 +51,23 @@ def main() -> None:
     args = parser.parse_args()
     rng = random.Random(0)
     picks = [(rng.randrange(args.files), rng.randrange(16 * MIB - SAMPLE)) for _ in range(args.reads)]
-    with tempfile.TemporaryDirectory(prefix="mountctl-first-get-") as scratch:
-        os.environ["MOUNTCTL_HOME"] = os.path.join(scratch, "home")  # private mounts, records and server
-        server = LocalS3(os.path.join(scratch, "home", "local-s3"))
-        server.start(buckets=("lab",))
-        try:
-            server.start_far(FarProfile())
-            client = s3.client(server.settings(direct=True))
-            body = os.urandom(16 * MIB)
-            for index in range(args.files):
-                client.put_object(Bucket="lab", Key=f"far/f{index:02d}", Body=body)
-            print("| mount-s3 flags | random 110 KB read, median ms | p90 ms | whole 16 MiB file, median ms |")
-            print("| --- | --- | --- | --- |")
-            for label, flags in VARIANTS.items():
-                with mountctl.mount("s3://lab/far/", os.path.join(scratch, "m"), backend="mount-s3", shared=False,
-                                    settings=server.settings(), extra_args={"mount-s3": flags}) as m:
-                    paths = [os.path.join(m.path, f"f{index:02d}") for index in range(args.files)]
-                    for path in paths:
-                        os.stat(path)
-                    random_reads = sorted(_timed_read(paths[i], offset, SAMPLE) for i, offset in picks)
-                    whole = [_timed_read(path, 0, None) for path in paths]
-                    p90 = random_reads[int(0.9 * (len(random_reads) - 1))]
-                    print(f"| {label} | {statistics.median(random_reads) * 1e3:.0f} | {p90 * 1e3:.0f} | "
-                          f"{statistics.median(whole) * 1e3:.0f} |", flush=True)
-        finally:
-            server.stop()
+    with far_scratch_server("mountctl-first-get-", bucket="lab") as (scratch, server, client):
+        body = os.urandom(16 * MIB)
+        for index in range(args.files):
+            client.put_object(Bucket="lab", Key=f"far/f{index:02d}", Body=body)
+        print("| mount-s3 flags | random 110 KB read, median ms | p90 ms | whole 16 MiB file, median ms |")
+        print("| --- | --- | --- | --- |")
+        for label, flags in VARIANTS.items():
+            with mountctl.mount("s3://lab/far/", os.path.join(scratch, "m"), backend="mount-s3", shared=False,
+                                settings=server.settings(), extra_args={"mount-s3": flags}) as m:
+                paths = [os.path.join(m.path, f"f{index:02d}") for index in range(args.files)]
+                for path in paths:
+                    os.stat(path)
+                random_reads = sorted(_timed_read(paths[i], offset, SAMPLE) for i, offset in picks)
+                whole = [_timed_read(path, 0, None) for path in paths]
+                p90 = random_reads[int(0.9 * (len(random_reads) - 1))]
+                print(f"| {label} | {statistics.median(random_reads) * 1e3:.0f} | {p90 * 1e3:.0f} | "
+                      f"{statistics.median(whole) * 1e3:.0f} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -74,7 +74,7 @@ def upload_scale_data(client, bucket: str, *, shards: int, tree: int, image: byt
 # The indexer alone: `resnet.py`'s parser also builds the bench's arguments, which import torch (~0.5 GB of RSS
 # before a byte is indexed), and that is not what indexing needs.
 _INDEX = ("import json, sys; from mountctl import resolve; "
-          "from mountctl.pytorch.data.indexer import IndexConfig, index_data; "
+          "from mountctl.pytorch.data.index.indexer import IndexConfig, index_data; "
           "print(json.dumps(index_data(IndexConfig(**json.loads(sys.argv[1])), resolve(), progress=None)))")
 
 
@@ -104,7 +104,7 @@ def main() -> int:
     os.environ["MOUNTCTL_HOME"] = home
     from mountctl.local_s3.far_proxy import FarProfile
     from mountctl.local_s3.server import LocalS3
-    from mountctl.pytorch.data.manifest import from_json_text
+    from mountctl.pytorch.data.index.manifest import from_json_text
     from mountctl.s3 import client as s3_client
 
     server = LocalS3(home)

@@ -26,7 +26,7 @@ from scratch_server import scratch_server
 
 from mountctl import Mount, MountSpec, backends
 from mountctl.local_s3.far_proxy import FarProfile, FarProxy
-from mountctl.pytorch.data.index_mount import object_list_under
+from mountctl.pytorch.data.index.index_mount import object_list_under
 from mountctl.shared import ObjectsView
 
 SHOW = 0

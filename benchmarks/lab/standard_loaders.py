@@ -7,7 +7,8 @@ Starts its own SeaweedFS behind the far-store proxy (20 ms per request, 50 MB/s 
 writes an ImageNet-shaped tree (``train/<class>/<n>.JPEG``, 224 px).  Each route then reads two
 epochs with a torch DataLoader (shuffle, decode to a tensor, the same workers and batch): torchvision's
 ``ImageFolder`` over a fresh mount of each program with its cache (with and without a warm started
-beside the loader, as ``mountctl mount --warm`` does), and ``S3MapDataset`` over the same objects.
+beside the loader, as ``mountctl mount --warm`` does; ``--max-threads N``: mount-s3 with N FUSE threads), and
+``S3MapDataset`` over the same objects.
 Prints time to first batch and samples/s over each whole epoch, and the load average.
 """
 
@@ -15,38 +16,17 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import io
 import os
 import random
-import time
-from collections.abc import Callable
 from typing import Any
 
 from scratch_server import scratch_server
 
+from benchmarks.harness.standard_cells import epochs, read_image, shuffled_loader, write_tree
 from mountctl import Mount, MountSpec
 from mountctl.local_s3.far_proxy import FarProfile, FarProxy
 from mountctl.mounts.warm import Warmer
 from mountctl.s3 import S3Settings
-
-
-def _jpeg(seed: int) -> bytes:
-    import numpy as np
-    from PIL import Image
-
-    rng = np.random.default_rng(seed)
-    base = rng.integers(0, 255, (64, 64, 3), dtype=np.uint8)  # upscaled noise: a photo-sized JPEG
-    image = Image.fromarray(base).resize((224, 224), Image.BILINEAR)
-    out = io.BytesIO()
-    image.save(out, format="JPEG", quality=90)
-    return out.getvalue()
-
-
-def _decode(data: bytes) -> Any:
-    import torch
-    from torchvision.io import decode_jpeg
-
-    return decode_jpeg(torch.frombuffer(bytearray(data), dtype=torch.uint8))
 
 
 class _S3Images:
@@ -68,41 +48,12 @@ class _S3Images:
         return self._dataset
 
     def __getitem__(self, index: int) -> tuple[Any, int]:
+        import torch
+        from torchvision.io import decode_jpeg
+
         reader = self._items()[index]
         label = self.classes.index(reader.key.split("/")[-2])
-        return _decode(reader.read()), label
-
-
-def _read_image(path: str) -> Any:
-    with open(path, "rb") as f:
-        return _decode(f.read())
-
-
-def _epochs(make_loader: Callable[[], Any], epochs: int = 2) -> list[tuple[float, float]]:
-    """(seconds to the first batch, samples/s over the whole epoch) per epoch."""
-    loader = make_loader()
-    results = []
-    for _ in range(epochs):
-        started = time.perf_counter()
-        first = None
-        samples = 0
-        for images, _labels in loader:
-            if first is None:
-                first = time.perf_counter() - started
-            samples += len(images)
-        seconds = time.perf_counter() - started
-        results.append((round(first or 0.0, 2), round(samples / seconds, 1)))
-    return results
-
-
-def _loader(dataset: Any, workers: int, batch: int) -> Any:
-    from torch.utils.data import DataLoader
-
-    def collate(items: list[tuple[Any, int]]) -> tuple[list[Any], list[int]]:
-        return [image for image, _ in items], [label for _, label in items]
-
-    return DataLoader(dataset, batch_size=batch, shuffle=True, num_workers=workers, collate_fn=collate,
-                      persistent_workers=workers > 0)
+        return decode_jpeg(torch.frombuffer(bytearray(reader.read()), dtype=torch.uint8)), label
 
 
 def main() -> None:
@@ -113,6 +64,10 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--backend", action="append", default=[])
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--sampler", action="store_true", help="mounts read through ReadAheadSampler")
+    parser.add_argument("--no-warm-routes", action="store_true", help="only the mounts without a warm beside them")
+    parser.add_argument("--max-threads", type=int, action="append", default=[],
+                        help="mount-s3's --max-threads (FUSE threads; 16 by default): one mount-s3 route per value")
     args = parser.parse_args()
     import torchvision  # noqa: F401  (once in the parent, not in every worker: see DESIGN.md)
     from torchvision.datasets import ImageFolder
@@ -120,48 +75,49 @@ def main() -> None:
     random.seed(0)
     with scratch_server("std-loaders-") as (home, server, direct, s3):
         classes = [f"n{c:08d}" for c in range(args.classes)]
-        local = os.path.join(home, "local", "train")  # the same tree on local disk, the epoch-2 yardstick
-        for c, name in enumerate(classes):
-            os.makedirs(os.path.join(local, name))
-            for i in range(args.per_class):
-                body = _jpeg(c * 100_000 + i)
-                s3.put_object(Bucket="mountctl", Key=f"std/train/{name}/{i:05d}.JPEG", Body=body)
-                with open(os.path.join(local, name, f"{i:05d}.JPEG"), "wb") as f:
-                    f.write(body)
+        # The same tree on local disk, the epoch-2 yardstick; 224 px as ImageNet's crops.
+        local = write_tree(direct, "s3://mountctl/std/", os.path.join(home, "local"), classes=args.classes,
+                           per_class=args.per_class, px=224)
         with FarProxy(direct.endpoint_url or "", os.path.join(home, "far"), FarProfile()) as endpoint:
             settings = dataclasses.replace(direct, endpoint_url=endpoint)
             for name, value in server.env().items():
                 os.environ[name] = value
             os.environ["AWS_ENDPOINT_URL"] = endpoint
             for round_ in range(args.rounds):
-                routes: list[tuple[str, str | None, bool]] = [
-                    (f"ImageFolder, mount {backend}{' + warm' if warm_first else ''}", backend, warm_first)
-                    for backend in args.backend or ["rclone", "s3fs"] for warm_first in (False, True)]
-                routes.append(("S3MapDataset (s3torchconnector)", None, False))
-                routes.append(("ImageFolder, local disk", "local", False))
+                warms = (False,) if args.no_warm_routes else (False, True)
+                routes: list[tuple[str, str | None, bool, tuple[str, ...]]] = [
+                    (f"ImageFolder, mount {backend}{' + warm' if warm_first else ''}", backend, warm_first, ())
+                    for backend in args.backend or ["rclone", "s3fs"] for warm_first in warms]
+                routes += [(f"ImageFolder, mount mount-s3 --max-threads {n}", "mount-s3", False,
+                            ("--max-threads", str(n))) for n in args.max_threads]
+                routes.append(("S3MapDataset (s3torchconnector)", None, False, ()))
+                routes.append(("ImageFolder, local disk", "local", False, ()))
                 if round_ % 2:
                     routes.reverse()
-                for label, backend, warm_first in routes:
+                for label, backend, warm_first, flags in routes:
                     warm_s = ""
                     if backend == "local":
-                        figures = _epochs(lambda: _loader(ImageFolder(local, loader=_read_image), args.workers,
-                                                          args.batch))
+                        figures = epochs(lambda: shuffled_loader(ImageFolder(local, loader=read_image),
+                                                                 args.workers, args.batch))
                     elif backend is None:
                         dataset = _S3Images(settings, "s3://mountctl/std/train/", classes)
-                        figures = _epochs(lambda d=dataset: _loader(d, args.workers, args.batch))
+                        figures = epochs(lambda d=dataset: shuffled_loader(d, args.workers, args.batch))
                     else:
                         spec = MountSpec(uri="s3://mountctl/std/", mount_dir=os.path.join(home, "mnt"),
                                          backend=backend, cache_dir=os.path.join(home, "cache"),
-                                         cache_size_mb=1024, warm="off")  # the warm, if any, is the Warmer below
+                                         cache_size_mb=1024, warm="off",  # the warm, if any, is the Warmer below
+                                         extra_args={backend: flags} if flags else {})
                         with Mount(spec, settings=settings) as mount:
                             root = os.path.join(mount.path, "train")
                             warmer = Warmer(mount.path).start() if warm_first else None  # beside the loader
-                            folder = ImageFolder(root, loader=_read_image)
-                            figures = _epochs(lambda d=folder: _loader(d, args.workers, args.batch))
+                            folder = ImageFolder(root, loader=read_image)
+                            figures = epochs(lambda d=folder: shuffled_loader(d, args.workers, args.batch,
+                                                                              read_ahead=args.sampler))
                             if warmer is not None:
                                 warm_s = f" (warm: {warmer.wait().summary()})"
-                    print(f"{label}: " + ", ".join(f"epoch {e + 1}: first batch {f}s, {r} samples/s"
-                                                   for e, (f, r) in enumerate(figures)) + warm_s, flush=True)
+                    print(f"{label}: " + ", ".join(f"epoch {e + 1}: first batch {f['first_batch_s']}s, "
+                                                   f"{f['epoch_samples_per_s']} samples/s"
+                                                   for e, f in enumerate(figures)) + warm_s, flush=True)
     print("load average:", open("/proc/loadavg").read().strip())
 
 

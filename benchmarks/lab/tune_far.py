@@ -36,7 +36,7 @@ from benchmarks.harness.limits import LocalDiskSource, raw_get
 from mountctl import s3
 from mountctl.local_s3.far_proxy import FarProfile
 from mountctl.local_s3.server import LocalS3
-from mountctl.pytorch.data.manifest import Manifest, ShardInfo
+from mountctl.pytorch.data.index.manifest import Manifest, ShardInfo
 from mountctl.pytorch.data.sources import open_source
 
 MIB = 1 << 20

@@ -11,19 +11,23 @@ use std::time::Duration;
 use anyhow::Context as _;
 use clap::error::{ContextKind, ErrorKind};
 use clap::{Parser, ValueEnum};
+use fuser::MountOption;
 use mountpoint_s3_client::config::{AddressingStyle, S3ClientAuthConfig};
 use mountpoint_s3_client::user_agent::UserAgent;
 use mountpoint_s3_fs::S3FilesystemConfig;
 use mountpoint_s3_fs::data_cache::{CacheLimit, DataCacheConfig, DiskDataCacheConfig};
 use mountpoint_s3_fs::fs::{CacheConfig, TimeToLive, UploadChecksumAlgorithm};
-use mountpoint_s3_fs::fuse::config::{FuseOptions, FuseSessionConfig, MountPoint};
+use mountpoint_s3_fs::fuse::config::MountPoint;
 use mountpoint_s3_fs::logging::{LoggingConfig, prepare_log_file_name};
 use mountpoint_s3_fs::memory::{MINIMUM_MEM_LIMIT, effective_total_memory};
 use mountpoint_s3_fs::prefetch::PrefetcherConfig;
 use mountpoint_s3_fs::s3::config::{ClientConfig, MemoryLimitSetting, PartConfig, Region, TargetThroughputSetting};
 use mountpoint_s3_fs::s3::{Bucket, Prefix, S3Path, S3Personality};
 
+use crate::ahead::{AheadConfig, WholeFirstGet};
 use crate::build_info;
+use crate::fuse_session::FuseMount;
+use crate::keep_cache::KeepCache;
 
 const BUCKET: &str = "Bucket options";
 const CREDENTIALS: &str = "AWS credentials options";
@@ -38,6 +42,9 @@ const DEFAULT_REGION: &str = "us-east-1";
 /// The data cache's block size, which is also one of the memory pool's buffer sizes.
 pub const CACHE_BLOCK_SIZE: u64 = 1024 * 1024;
 const MIB: u64 = 1024 * 1024;
+/// `--whole-first-get`'s default: objects up to this many MiB read from offset 0 come in one GET
+/// (benchmarks/lab/whole_first_get.py, docs/mount-s3.md "The first GET sized by what is known").
+const WHOLE_FIRST_GET_MIB: u64 = 16;
 
 /// Mount an S3 bucket (or a prefix of it) as a local directory, with AWS's Mountpoint file system.
 ///
@@ -211,6 +218,33 @@ pub struct CliArgs {
     /// consumed [default: 2, the crates']
     #[arg(long, value_parser = clap::value_parser!(u64).range(2..=64), help_heading = MOUNTCTL)]
     pub prefetch_window_multiplier: Option<u64>,
+
+    /// Let the kernel drop a file's cached pages at every open, as AWS's mount-s3 does [default: keep them
+    /// across opens while the object's ETag is unchanged, always with --manifest; never with O_DIRECT or for
+    /// writing]
+    #[arg(long, help_heading = MOUNTCTL)]
+    pub no_keep_cache: bool,
+
+    /// Do not read ahead across files (by default, a reader that reads a listed directory's objects in order
+    /// gets the next ones fetched whole into memory before it opens them)
+    #[arg(long, help_heading = MOUNTCTL)]
+    pub no_read_ahead_files: bool,
+
+    /// How many of the next objects in listing order are read ahead [default: 8]
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=64), help_heading = MOUNTCTL)]
+    pub read_ahead_files: Option<u64>,
+
+    /// MiB the read-ahead across files may hold; objects larger than this over --read-ahead-files are not
+    /// read ahead [default: an eighth of the memory target]
+    #[arg(long, value_parser = parse_mebibytes, help_heading = MOUNTCTL)]
+    pub read_ahead_files_memory: Option<Mebibytes>,
+
+    /// A file read from its first byte whose object is at most this many MiB is fetched whole by its first GET
+    /// (held in the --read-ahead-files-memory budget), where the prefetcher would start with
+    /// --initial-request-size and widen while the reader waits; a read that starts elsewhere still starts
+    /// small. 0 turns it off [default: 16]
+    #[arg(long, value_parser = parse_mebibytes, help_heading = MOUNTCTL)]
+    pub whole_first_get: Option<Mebibytes>,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -430,6 +464,20 @@ impl CliArgs {
         config
     }
 
+    /// The read-ahead across files and the whole first GET (crate::ahead), unless both are off.
+    pub fn read_ahead_config(&self, memory_target: u64) -> Option<AheadConfig> {
+        let width = if self.no_read_ahead_files { 0 } else { self.read_ahead_files.unwrap_or(8) as usize };
+        let budget = self.read_ahead_files_memory.map(|memory| memory.bytes() as u64);
+        // The prefetcher's first GET already fetches an object in one request when it covers the object and the
+        // object is one part; past a part the whole first GET's parts all start at once, the CRT's do not.
+        let read_part = self.read_part_size.unwrap_or(self.part_size);
+        let whole_first = WholeFirstGet {
+            up_to: self.whole_first_get.map_or(WHOLE_FIRST_GET_MIB * MIB, |size| size.bytes() as u64),
+            above: (self.prefetcher_config().initial_request_size as u64).min(read_part),
+        };
+        Some(AheadConfig::sized_from(memory_target, width, budget, whole_first)).filter(AheadConfig::does_anything)
+    }
+
     /// How long the kernel may keep metadata. AWS's rule: with a data cache a minute, without one as fresh as
     /// the kernel allows; a list of objects is the truth for the whole mount, so its metadata never expires.
     pub fn cache_config(&self) -> CacheConfig {
@@ -501,18 +549,44 @@ impl CliArgs {
         DataCacheConfig { disk_cache_config, express_cache_config: None }
     }
 
-    pub fn fuse_session_config(&self) -> anyhow::Result<FuseSessionConfig> {
+    /// When the kernel may keep a file's pages across opens (keep_cache.rs).
+    pub fn keep_cache(&self) -> KeepCache {
+        if self.no_keep_cache {
+            KeepCache::Off
+        } else if self.manifest.is_some() {
+            KeepCache::Pinned
+        } else {
+            KeepCache::WhileUnchanged
+        }
+    }
+
+    /// The mount point and the kernel's mount options: the crates' `FuseSessionConfig::new` rules, which we
+    /// cannot take from it (its fields are private to the crate, and our session is built around our adapter).
+    pub fn fuse_mount(&self) -> anyhow::Result<FuseMount> {
         let mount_point = MountPoint::new(&self.mount_point)
             .map_err(|e| anyhow::anyhow!("{e}"))
             .with_context(|| format!("cannot mount at {}", self.mount_point.display()))?;
-        let options = FuseOptions {
-            read_only: self.is_read_only(),
-            auto_unmount: self.auto_unmount,
-            allow_root: self.allow_root,
-            allow_other: self.allow_other,
-            clone_fd: false,
-        };
-        FuseSessionConfig::new(mount_point, options, self.max_threads as usize)
+        if matches!(mount_point, MountPoint::FileDescriptor(_)) && self.auto_unmount {
+            return Err(Refusal(
+                "--auto-unmount does nothing on a FUSE file descriptor: leave it out, and unmount from the \
+                 process that mounted it"
+                    .into(),
+            )
+            .into());
+        }
+        let mut options =
+            vec![MountOption::DefaultPermissions, MountOption::FSName("mountpoint-s3".into()), MountOption::NoAtime];
+        for (wanted, option) in [
+            (self.is_read_only(), MountOption::RO),
+            (self.auto_unmount, MountOption::AutoUnmount),
+            (self.allow_root, MountOption::AllowRoot),
+            (self.allow_other, MountOption::AllowOther),
+        ] {
+            if wanted {
+                options.push(option);
+            }
+        }
+        Ok(FuseMount { mount_point, options, max_threads: self.max_threads as usize })
     }
 }
 
@@ -539,7 +613,7 @@ mod tests {
 
     #[test]
     fn every_flag_mountctl_passes_is_taken() {
-        // As mountctl/backends.py builds it for a read-write mount with a cache, a memory bound, ownership and
+        // As mountctl/mounts/backends/mount_s3.py builds it, read-write with a cache, a memory bound, ownership and
         // no credentials, off AWS.
         let args = parse(&[
             "--foreground",
@@ -655,6 +729,55 @@ mod tests {
         let on = parse(&["--cache", "/tmp/c", "--max-cache-size", "3"]).unwrap();
         let disk = on.data_cache_config().disk_cache_config.expect("a disk cache");
         assert!(matches!(disk.limit, CacheLimit::TotalSize { max_size } if max_size == 3 << 20));
+    }
+
+    #[test]
+    fn pages_are_kept_by_default_pinned_on_a_list_mount_and_never_with_no_keep_cache() {
+        assert_eq!(parse(&[]).unwrap().keep_cache(), KeepCache::WhileUnchanged);
+        assert_eq!(parse(&["--manifest", "/tmp/x.tsv"]).unwrap().keep_cache(), KeepCache::Pinned);
+        let off = parse(&["--manifest", "/tmp/x.tsv", "--no-keep-cache"]).unwrap();
+        assert_eq!(off.keep_cache(), KeepCache::Off);
+    }
+
+    #[test]
+    fn the_read_ahead_across_files_is_on_by_default_sized_from_the_memory_target() {
+        let target = 1024 * MIB;
+        let default = parse(&[]).unwrap().read_ahead_config(target).expect("on by default");
+        assert_eq!((default.width, default.budget, default.largest), (8, 128 * MIB, 16 * MIB));
+        let tuned = parse(&["--read-ahead-files", "2", "--read-ahead-files-memory", "64"]).unwrap();
+        let tuned = tuned.read_ahead_config(target).unwrap();
+        assert_eq!((tuned.width, tuned.budget, tuned.largest), (2, 64 * MIB, 32 * MIB));
+        let across_off = parse(&["--no-read-ahead-files"]).unwrap().read_ahead_config(target).expect("first GET");
+        assert_eq!(across_off.width, 0, "nothing read ahead across files");
+        assert!(parse(&["--read-ahead-files", "0"]).is_err());
+    }
+
+    #[test]
+    fn the_whole_first_get_covers_what_the_prefetchers_first_get_does_not_up_to_its_flag() {
+        let target = 1024 * MIB;
+        let above = PrefetcherConfig::default().initial_request_size as u64;
+        let default = parse(&[]).unwrap().read_ahead_config(target).unwrap().whole_first;
+        assert_eq!(default, WholeFirstGet { up_to: WHOLE_FIRST_GET_MIB * MIB, above });
+        let tuned = parse(&["--whole-first-get", "4", "--initial-request-size", "0"]).unwrap();
+        assert_eq!(tuned.read_ahead_config(target).unwrap().whole_first, WholeFirstGet { up_to: 4 * MIB, above: 0 });
+        let off = parse(&["--whole-first-get", "0"]).unwrap().read_ahead_config(target).unwrap();
+        assert!(!off.whole_first.is_on());
+        // Both off: no data cache of ours in front of the prefetcher at all.
+        let neither = parse(&["--whole-first-get", "0", "--no-read-ahead-files"]).unwrap();
+        assert!(neither.read_ahead_config(target).is_none());
+        // A first GET of the crates' as wide as the bound still leaves the objects of several parts, whose parts
+        // the whole first GET starts at once; with parts as large as the bound, nothing is left.
+        let wide = parse(&["--initial-request-size", &(16 * MIB).to_string(), "--read-part-size", "5242880"]).unwrap();
+        assert_eq!(wide.read_ahead_config(target).unwrap().whole_first.above, 5 * MIB);
+        let one_part = parse(&[
+            "--initial-request-size",
+            &(16 * MIB).to_string(),
+            "--part-size",
+            &(16 * MIB).to_string(),
+            "--no-read-ahead-files",
+        ])
+        .unwrap();
+        assert!(one_part.read_ahead_config(target).is_none());
     }
 
     #[test]

@@ -1,14 +1,19 @@
 //! `mount-s3`: mountctl's front end on AWS's published Mountpoint crates.
 //!
 //! The command line and each part's configuration (cli.rs), the mount itself (run.rs), background mode
-//! (daemon.rs), mounts from a list of objects (manifest.rs). This file parses, runs, and turns the outcome
-//! into one line and an exit status: 0 mounted (and, in the foreground, unmounted cleanly), 1 failed,
-//! 2 refused (the command line or a file it names is wrong).
+//! (daemon.rs), mounts from a list of objects (manifest.rs), the FUSE adapter that keeps the kernel's page cache
+//! (keep_cache.rs, with opened_versions.rs), the session around it (fuse_session.rs) and the read-ahead across
+//! files (ahead/). This file parses, runs, and turns the outcome into one line and an exit status: 0 mounted (and,
+//! in the foreground, unmounted cleanly), 1 failed, 2 refused (the command line or a file it names is wrong).
 
+mod ahead;
 mod build_info;
 mod cli;
 mod daemon;
+mod fuse_session;
+mod keep_cache;
 mod manifest;
+mod opened_versions;
 mod run;
 
 use std::fmt;

@@ -1,5 +1,6 @@
 //! `run`: mount in the foreground, or start the daemon and wait for its word, or be that daemon; and `mount`,
-//! which builds the client, the file system and the FUSE session, in that order, and nothing else.
+//! which builds the client, the file system and the FUSE session (fuse_session.rs, around our page-cache
+//! adapter), in that order, and nothing else.
 
 use std::io::Write as _;
 use std::time::Duration;
@@ -11,12 +12,13 @@ use mountpoint_s3_fs::fuse::session::FuseSession;
 use mountpoint_s3_fs::logging::init_logging;
 use mountpoint_s3_fs::memory::{CandidateSize, PagedPool};
 use mountpoint_s3_fs::s3::S3Personality;
-use mountpoint_s3_fs::{MountpointConfig, Runtime, Superblock, SuperblockConfig, metrics};
+use mountpoint_s3_fs::{Runtime, Superblock, SuperblockConfig, metrics};
 
+use crate::ahead::{Listing, ReadAhead};
 use crate::build_info;
 use crate::cli::{CACHE_BLOCK_SIZE, CliArgs};
 use crate::daemon::{self, StatusSocket};
-use crate::manifest;
+use crate::{fuse_session, manifest};
 
 /// Mounts as `args` ask: in this process with --foreground; else in a daemon of its own, returning once the
 /// daemon has mounted (or said why not). `status` is set in that daemon: the socket it reports on.
@@ -83,7 +85,7 @@ pub fn mount(args: &CliArgs, before_changes: &dyn Fn() -> anyhow::Result<()>) ->
     };
     let memory_limit = args.memory_limit();
     let client_config = args.client_config(memory_limit)?;
-    let fuse_session_config = args.fuse_session_config()?;
+    let fuse_mount = args.fuse_mount()?;
     let pool = PagedPool::config()
         .with_candidate_sizes([
             CandidateSize::prunable(CACHE_BLOCK_SIZE as usize),
@@ -114,24 +116,38 @@ pub fn mount(args: &CliArgs, before_changes: &dyn Fn() -> anyhow::Result<()>) ->
         }
         None => None,
     };
-    let filesystem_config = args.filesystem_config(personality);
-    let mountpoint_config = MountpointConfig::new(fuse_session_config, filesystem_config, data_cache_config)?;
+    let read_ahead = args.read_ahead_config(memory_limit.bytes() as u64).map(ReadAhead::new);
+    let parts = fuse_session::Parts {
+        // It remembers the order of what it lists, for the read-ahead across files (when that is on).
+        client: Listing::new(client, read_ahead.clone()),
+        runtime,
+        pool,
+        data_cache: data_cache_config,
+        filesystem: args.filesystem_config(personality),
+        keep_cache: args.keep_cache(),
+        read_ahead: read_ahead.clone().map(|ahead| (ahead, s3_path.bucket.to_string())),
+    };
     let mut session = match listed {
         Some((objects, directory)) => {
+            if let Some(ahead) = &read_ahead {
+                // A list mount's order: its objects as listed, keys under the prefix.
+                let prefix = args.prefix();
+                ahead.know_order(objects.iter().map(|o| (format!("{prefix}{}", o.key), o.etag.as_str(), o.size)));
+            }
             let mount = manifest::metablock(objects, &s3_path, directory)?;
             tracing::info!("serving the listed objects under {}/", mount.directory_name);
-            let mut session = mountpoint_config.create_fuse_session(mount.metablock, client, runtime, pool)?;
+            let mut session = fuse_session::create(parts, mount.metablock, fuse_mount)?;
             let store = mount.store;
             session.run_on_close(Box::new(move || drop(store)));
             session
         }
         None => {
             let superblock = Superblock::new(
-                client.clone(),
+                parts.client.clone(),
                 s3_path,
                 SuperblockConfig { cache_config: args.cache_config(), s3_personality: personality },
             );
-            mountpoint_config.create_fuse_session(superblock, client, runtime, pool)?
+            fuse_session::create(parts, superblock, fuse_mount)?
         }
     };
     if let Some(managed) = cache_dir {

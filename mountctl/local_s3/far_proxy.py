@@ -1,9 +1,11 @@
 """A far S3 store on 127.0.0.1: nginx in front of an S3 endpoint, adding per-request latency and a per-connection rate cap.
 
-Loopback SeaweedFS answers a request in ~2 ms and one connection carries ~600 MB/s; S3 in
-the same region takes tens of ms to the first byte and ~50-100 MB/s per connection.  A
-benchmark on loopback therefore rewards whatever keeps few requests in flight.  This proxy
-gives the same server S3's shape so the mount programs and loaders can be tuned for it.
+Loopback SeaweedFS answers a request sooner than S3 in the same region, whose first byte comes tens of
+milliseconds after the request, and carries more on one connection (the two stores side by side:
+BENCHMARKS.md, "Stores side by side", from a run with ``--store both``).  A benchmark on loopback
+therefore rewards whatever keeps few requests in flight.  This proxy gives the same server S3's shape
+(``FarProfile``: a wait per request, a rate per connection) so the mount programs and loaders can be
+tuned for it.
 
 nginx runs as our child (``daemon off``) with everything of its own under ``workdir``:
 configuration, pid file, temp dirs, its log (``nginx.log``) and the proxy's state
@@ -205,7 +207,8 @@ http {{
             # SigV4 signs the Host the client sent: pass it unchanged.
             proxy_set_header Host $http_host;
             # limit_rate caps a response only while nginx buffers it; nothing spills to disk.  A send
-            # may run one busy buffer ahead of the cap: small buffers keep a short stream within ~2 %.
+            # may run one busy buffer ahead of the cap: small buffers keep a short stream close to it
+            # (tests/test_far_store.py bounds one stream's rate).
             proxy_buffering on;
             proxy_buffers 8 64k;
             proxy_busy_buffers_size 128k;
@@ -269,12 +272,8 @@ class FarProxy:
 
     def state(self) -> dict[str, Any] | None:
         """The running proxy's record, or None when none runs from this workdir."""
-        try:
-            with open(self._path(_STATE)) as f:
-                state = json.load(f)
-        except (OSError, ValueError):
-            return None
-        return state if isinstance(state, dict) and process_alive(state.get("process")) else None
+        state = self._recorded()
+        return state if state is not None and process_alive(state.get("process")) else None
 
     @property
     def endpoint_url(self) -> str | None:

@@ -40,7 +40,7 @@ from ..programs import find_program
 from ..redaction import remember_secret
 from ..s3 import DEFAULT_REGION, S3Settings
 from ..s3 import client as s3_client
-from ..teardown import install_signal_handlers
+from ..teardown import install_signal_handlers, spawn_with_parent_death_signal
 from . import owners
 from .far_proxy import FarProfile, FarProxy
 from .ports import GRPC_OFFSET as _GRPC_OFFSET
@@ -161,7 +161,10 @@ def _free_port_pair() -> int:
 class LocalS3:
     """Start, stop and describe the local S3 server of one ``$MOUNTCTL_HOME``."""
 
-    def __init__(self, home: str | None = None, *, weed: str | None = None) -> None:
+    def __init__(self, home: str | None = None, *, weed: str | None = None, ends_with_owner: bool = False) -> None:
+        """``ends_with_owner``: the kernel stops the server when the process that starts it dies, even by SIGKILL
+        (a test session's server). Off by default: ``mountctl local-s3 start`` leaves it running for later runs."""
+        self._ends_with_owner = ends_with_owner
         if home is not None:
             self.dir = os.path.abspath(home)
             os.makedirs(self.dir, mode=0o700, exist_ok=True)
@@ -424,8 +427,9 @@ class LocalS3:
         with open(self.log_path, "ab") as log:
             log.write(f"--- {time.strftime('%Y-%m-%dT%H:%M:%S')} starting weed mini, s3 port {ports['s3']}\n".encode())
             log.flush()
-            child = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                     cwd=self.dir, start_new_session=True, umask=SERVER_UMASK)
+            start = spawn_with_parent_death_signal if self._ends_with_owner else subprocess.Popen
+            child = start([os.path.abspath(argv[0]), *argv[1:]], env=env, stdin=subprocess.DEVNULL, stdout=log,
+                          stderr=subprocess.STDOUT, cwd=self.dir, start_new_session=True, umask=SERVER_UMASK)
         # From here on, anything raised (SIGTERM's SystemExit too, which can land between any two lines) stops
         # the child: a bench stopped just as weed came up left it running.
         try:

@@ -40,7 +40,7 @@ from ..s3.objects import store_throttling
 from ..teardown import spawn_with_parent_death_signal, track, untrack
 from . import scratch
 from .backends import BACKENDS, Backend, choose_backend
-from .backends.mount_s3 import sweep_manifest_stores
+from .backends.mount_s3 import sweep_object_list_stores
 from .cache import CachePlan, plan_cache, prepare_mount_cache, remove_mount_cache
 from .fusectl import force_clear, unmount
 from .health import AuthWatch, Health, mount_health
@@ -148,6 +148,9 @@ def check_mount_dir(spec: MountSpec, guard: DirectoryGuard | None = None) -> boo
 _UNSET: Any = object()
 # The mount directory itself, looked up after its mount was cleared: these say the parent went with it.
 _GONE_ERRNOS = frozenset({errno.ENOENT, errno.ENOTDIR, errno.ENOTCONN, errno.ESTALE})
+# How often the keys of a mount whose program may not log a refused read are checked with one LIST: well inside
+# the outage bound (120 s) that a reader waits on a hung read, for one request per mount every half minute.
+KEYS_CHECK_S = 30.0
 
 
 class Mount:
@@ -192,6 +195,7 @@ class Mount:
         self._guard = _default_guard if guard is _UNSET else guard
         self._auth_watch = AuthWatch()
         self._auth_refused = ""  # why the next recovery resolves credentials again
+        self._keys_checked_at = 0.0  # monotonic; 0: not yet (for programs that may not log a refused read)
         self.restarts = 0
         self.gone_reason = ""  # set when the mount directory vanished: the watchdog stops instead of retrying
         self.events: list[dict[str, Any]] = []
@@ -261,7 +265,7 @@ class Mount:
             warm_list = read_listing(self._warm) if self._warm else None  # a bad list fails here, early
             self._hold_object_list()
             scratch.sweep_abandoned_workdirs()
-            for swept in sweep_unused_lists() + sweep_manifest_stores():  # what mounts killed with SIGKILL left
+            for swept in sweep_unused_lists() + sweep_object_list_stores():  # what mounts killed with SIGKILL left
                 log.info("swept %s", swept)
             log.info("mounting %s at %s with %s", self.spec.uri, self.path, self._backend.name)
             self._created_dir = check_mount_dir(self.spec, self._guard)
@@ -352,12 +356,28 @@ class Mount:
             refused = self._auth_watch.refused(scratch.log_files(self._workdir)) or self._auth_watch.unconfirmed()
             if refused and not self._credentials_refused():
                 self._auth_watch.hold(refused)  # asked again at the next probe: the LIST may not see it yet
-            elif refused:
+                return health
+            if refused:
                 self._auth_watch.confirmed()
+            elif self._keys_check_due() and self._credentials_refused():
+                assert self._backend is not None
+                refused = (f"one LIST with its keys was refused ({self._backend.program} may not log a refused "
+                           "read: its reads can hang instead)")
+            if refused:
                 self._auth_refused = refused
                 return Health("unauthorized", health.latency_s, f"S3 refused the mount's credentials: {refused}",
                               health.pid)
         return health
+
+    def _keys_check_due(self) -> bool:
+        """For a program that may not log a refused read: True every ``KEYS_CHECK_S`` (the LIST is then sent)."""
+        if self._backend is None or self._backend.logs_refused_reads:
+            return False
+        now = time.monotonic()
+        if now - self._keys_checked_at < KEYS_CHECK_S:
+            return False
+        self._keys_checked_at = now
+        return True
 
     def _credentials_refused(self) -> bool:
         """A 403 in the log is confirmed by one LIST with the mount's settings (not a single object's policy)."""

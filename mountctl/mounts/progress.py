@@ -28,23 +28,33 @@ from ``/dev/fuse`` are not storage reads, so ``read_bytes`` never sees them.  A 
 nothing, reads nothing and spends no CPU.  The one wedge these signs cannot see is a
 program that spins without serving anything: it reads as busy.
 
+A program that shows none of these may be wedged, or waiting on a store that does not answer, and only the first
+is mended by a remount (the second breaks every reader of the pages the kernel keeps, for nothing).  So the
+addresses the program is connected (or connecting) to are read from its own sockets (``store_peers``), and each is
+sent one bounded request from here (``ask_store``): the server the program waits on either answers us (any byte,
+or closing the connection) or it does not.  No credentials are needed to learn that a server answers (S3 answers an
+unsigned request with 403), so none is sent and none can leak.
+
 A process's sockets, ``/proc/PID/io`` and its threads' system calls can be read only by its owner (and root;
 the system calls only by a process allowed to trace it);
 anyone else falls back to any advance of the CPU time, which every user may read
-(weaker: a runtime's own timers spend a little CPU even when no request completes).
+(weaker: a runtime's own timers spend a little CPU even when no request completes), and cannot ask its store.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import platform
+import socket
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from .socket_bytes import tcp_bytes_received
+from .socket_bytes import socket_inodes, tcp_bytes_received
 
 __all__ = ["ProgressMark", "progress_mark", "made_progress", "progress_evidence", "received_since", "read_since",
-           "CPU_BUSY_SHARE"]
+           "CPU_BUSY_SHARE", "Peer", "StoreAnswer", "store_peers", "ask_store", "peer_text"]
 
 # The least share of one core over a window that counts as work on its own: a program serving readers from the
 # page cache spends far more; idle timers and the probe's own requests (microseconds each) far less.
@@ -201,3 +211,105 @@ def _storage_read_bytes(pid: int) -> int | None:
     except (OSError, ValueError):
         return None
     return None
+
+
+# /proc/net/tcp states: the program is connected to a server (01), or still connecting (02: a SYN not answered).
+_TCP_ESTABLISHED, _TCP_SYN_SENT, _TCP_LISTEN = "01", "02", "0A"
+_PEERS_ASKED = 4  # a program talks to one endpoint; a few addresses (DNS round robin) are enough to judge it
+
+Peer = tuple[str, int]  # (address, port) of a server a program is connected to
+
+
+@dataclass(frozen=True)
+class StoreAnswer:
+    peer: Peer
+    answered: bool  # it sent a byte or closed the connection: a server process acts there
+    how: str  # what happened, for a message ("answered", "no reply within 2s", "connection refused", ...)
+
+
+def store_peers(pid: int | None) -> list[Peer] | None:
+    """The servers ``pid`` is connected or connecting to over TCP; None when its sockets cannot be read.
+
+    Connections the program accepted (rclone's remote control) are not its store: sockets on a port it listens
+    on are left out.  Read from ``/proc/PID/net/tcp{,6}`` (its network namespace), matched by socket inode.
+    """
+    inodes = socket_inodes(pid) if pid else None
+    if inodes is None:
+        return None
+    rows = [row for name in ("tcp", "tcp6") for row in _tcp_table(pid, name) if row[3] in inodes]
+    listening = {local[1] for local, _, state, _ in rows if state == _TCP_LISTEN}
+    peers: list[Peer] = []
+    for local, remote, state, _ in rows:
+        if state in (_TCP_ESTABLISHED, _TCP_SYN_SENT) and local[1] not in listening and remote not in peers:
+            peers.append(remote)
+    return peers
+
+
+def _tcp_table(pid: int | None, name: str) -> list[tuple[Peer, Peer, str, int]]:
+    """(local, remote, state, inode) of each socket in ``/proc/PID/net/NAME``."""
+    try:
+        with open(f"/proc/{pid}/net/{name}") as f:
+            lines = f.read().splitlines()[1:]
+    except OSError:
+        return []
+    rows = []
+    for line in lines:
+        fields = line.split()
+        try:
+            rows.append((_address(fields[1]), _address(fields[2]), fields[3], int(fields[9])))
+        except (IndexError, ValueError):
+            continue
+    return rows
+
+
+def _address(text: str) -> Peer:
+    """``0100007F:1F90`` -> ('127.0.0.1', 8080): the kernel prints each 32-bit word of the address in host order
+    (little-endian here); an IPv4 address mapped into IPv6 is given as IPv4."""
+    host, port = text.split(":")
+    raw = bytes.fromhex(host)
+    packed = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))
+    address = ipaddress.ip_address(packed)
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return str(address), int(port, 16)
+
+
+def peer_text(peer: Peer) -> str:
+    """``127.0.0.1:8333``, ``[::1]:8333``: as an address is written in a URL."""
+    host, port = peer
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def ask_store(peers: list[Peer], timeout_s: float) -> list[StoreAnswer]:
+    """Send each peer (a few at most, at once) one unsigned HTTP request; the whole costs at most ``timeout_s``.
+
+    The request is one a reverse proxy passes on (``HEAD /`` with its Host), so a proxy in front of a store that
+    hangs does not answer for it.  A TLS endpoint's own server answers a plain request (it closes or sends an
+    alert) whatever hangs behind it: that reads as an answer.
+    """
+    asked = peers[:_PEERS_ASKED]
+    if not asked:
+        return []
+    with ThreadPoolExecutor(max_workers=len(asked), thread_name_prefix="mountctl-ask-store") as pool:
+        return list(pool.map(lambda peer: _ask(peer, timeout_s), asked))
+
+
+def _ask(peer: Peer, timeout_s: float) -> StoreAnswer:
+    deadline = time.monotonic() + timeout_s
+    where = peer_text(peer)
+    try:
+        with socket.create_connection(peer, timeout=timeout_s) as conn:
+            conn.settimeout(max(0.01, deadline - time.monotonic()))
+            conn.sendall(f"HEAD / HTTP/1.1\r\nHost: {where}\r\nUser-Agent: mountctl-health\r\n"
+                         "Connection: close\r\n\r\n".encode())
+            conn.settimeout(max(0.01, deadline - time.monotonic()))
+            reply = conn.recv(1)
+    except ConnectionRefusedError:
+        return StoreAnswer(peer, False, "connection refused (nothing listens there)")
+    except ConnectionResetError:
+        return StoreAnswer(peer, True, "answered (reset the connection)")
+    except TimeoutError:
+        return StoreAnswer(peer, False, f"no reply within {timeout_s:g}s")
+    except OSError as exc:  # no route, network unreachable
+        return StoreAnswer(peer, False, exc.strerror or type(exc).__name__)
+    return StoreAnswer(peer, True, "answered" if reply else "answered (closed the connection)")

@@ -11,10 +11,9 @@ from typing import Any
 from ..errors import InvalidSpec
 from ..s3 import parse_s3_uri
 from ..s3.settings import check_endpoint
+from .backend_names import AUTO, BACKEND_NAMES, MOUNT_PROGRAMS, OBJECT_LIST_PROGRAM
 
 __all__ = ["MountSpec", "canonical_dir", "BACKEND_NAMES", "MIN_MEMORY_MB"]
-
-BACKEND_NAMES = ("auto", "mount-s3", "rclone", "s3fs")
 
 # Options that change how long mountctl waits, not what the mount serves.
 _BOUNDS = ("mount_timeout_s", "unmount_timeout_s", "probe_timeout_s", "busy_grace_s")
@@ -51,7 +50,10 @@ class MountSpec:
     read_only: bool = True
     cache_dir: str | None = None
     cache_size_mb: int | None = None
-    metadata_ttl_s: float = 60.0
+    # How long a program may answer from what the store said about a file or folder (mount-s3's kernel entry and
+    # attribute timeouts too): an hour, so that a loader's next epoch sends no lookup; the cost is that a replaced
+    # object may be read old by a new open for that long (docs/mount-s3.md "The page cache and the metadata TTL").
+    metadata_ttl_s: float = 3600.0
     endpoint_url: str | None = None
     region: str | None = None
     uid: int | None = None
@@ -103,7 +105,7 @@ class MountSpec:
                 raise InvalidSpec(f"{name} must be a non-negative integer, not {value!r}")
         extra: dict[str, tuple[str, ...]] = {}
         for backend, args in dict(self.extra_args).items():
-            if backend not in BACKEND_NAMES[1:]:
+            if backend not in MOUNT_PROGRAMS:
                 raise InvalidSpec(f"extra_args names unknown backend {backend!r}")
             if isinstance(args, str):
                 raise InvalidSpec(f"extra_args[{backend!r}] must be a list of arguments, not one string")
@@ -123,9 +125,9 @@ class MountSpec:
     def _check_objects(self) -> None:
         if not isinstance(self.objects, str) or not self.objects:
             raise InvalidSpec(f"objects must be the path of an object list file, not {self.objects!r}")
-        if self.backend not in ("auto", "mount-s3"):
-            raise InvalidSpec(f"only mount-s3 mounts a list of objects, not {self.backend}: use backend 'mount-s3' "
-                              "(or 'auto')")
+        if self.backend not in (AUTO, OBJECT_LIST_PROGRAM):
+            raise InvalidSpec(f"only {OBJECT_LIST_PROGRAM} mounts a list of objects, not {self.backend}: use backend "
+                              f"'{OBJECT_LIST_PROGRAM}' (or '{AUTO}')")
         if not self.read_only:
             raise InvalidSpec("a mount of a list of objects is read-only: drop read_only=False (or --read-write)")
         object.__setattr__(self, "objects", os.path.abspath(self.objects))
@@ -133,7 +135,7 @@ class MountSpec:
         if objects_directory_name(location.bucket, location.prefix) in (".", ".."):
             raise InvalidSpec(f"a list of objects mounts under the last part of the prefix, and {self.uri}'s is "
                               "'.' or '..': give the prefix without it")
-        object.__setattr__(self, "backend", "mount-s3")
+        object.__setattr__(self, "backend", OBJECT_LIST_PROGRAM)
 
     @property
     def data_dir(self) -> str:

@@ -31,21 +31,20 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..errors import InvalidSpec
-from ..processes import kill_group
+from ..processes import CHILD_CWD, kill_group, python_child_env, python_module_argv
 from ..teardown import spawn_with_parent_death_signal
+from .backends import get_backend
 
 __all__ = ["WarmReport", "Warmer", "warm", "read_listing", "cache_budget_bytes", "warm_for", "WARM_ALL",
            "WARM_AUTO", "WARM_OFF", "DEFAULT_WORKERS"]
 
-# Reads in flight: enough to hide a store's ~20-50 ms per request behind each other, few enough
+# Reads in flight: enough to hide a far store's tens of ms per request behind each other, few enough
 # for a mount program on two cores (each read is one open and one GET through the mount).
 DEFAULT_WORKERS = 16
 DEFAULT_TIMEOUT_S = 3600.0
 WARM_ALL = "all"
 WARM_AUTO = "auto"  # the whole tree when it fits the cache, else nothing
 WARM_OFF = "off"
-# The programs whose mounts warm by themselves when nobody says (``warm_for``).
-_AUTO_PROGRAMS = ("mount-s3",)
 # The share of the cache that warming may fill: the rest stays for what the loader reads beside it.
 _CACHE_SHARE = 0.9
 _CHUNK = 1 << 20
@@ -99,14 +98,15 @@ def warm_for(asked: str | None, program: str, has_cache: bool) -> str | None:
     nothing was asked ``auto`` for a mount-s3 mount with a data cache.
 
     Why mount-s3 and not the others: Mountpoint's prefetcher never reads across files, so a standard loader's cold
-    first epoch waits one round trip per file (DLIO's AU 73 % against local disk's 92 % in issue 43, 91 % once
-    warmed); rclone and s3fs spend more CPU per GB, which the loader needs on a small machine.
+    first epoch waits one round trip per file (DLIO's AU falls without the warm: BENCHMARKS.md, "DLIO", routes
+    ``mount/mount-s3+no-warm`` and ``mount/mount-s3``); rclone and s3fs spend more CPU per GB, which the loader
+    needs on a small machine.
     """
     if asked == WARM_OFF:
         return None
     if asked is not None:
         return asked
-    return WARM_AUTO if has_cache and program in _AUTO_PROGRAMS else None
+    return WARM_AUTO if has_cache and get_backend(program).warms_by_itself else None
 
 
 def read_listing(listing: str) -> list[str] | None:
@@ -144,7 +144,7 @@ class Warmer:
         self._started = 0.0
 
     def start(self) -> Warmer:
-        argv = [sys.executable, "-m", "mountctl.mounts.warm", self.root, "--workers", str(self.workers)]
+        argv = python_module_argv("mountctl.mounts.warm", os.path.abspath(self.root), "--workers", str(self.workers))
         if self.budget_bytes is not None:
             argv += ["--budget-bytes", str(self.budget_bytes)]
         if self.names is not None:
@@ -156,7 +156,8 @@ class Warmer:
         # also stops it when this process dies (a SIGKILLed supervisor must not leave a reader behind).
         self._child = spawn_with_parent_death_signal(
             argv, stdin=subprocess.PIPE if self.names is not None else subprocess.DEVNULL, stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True)
+            stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True, cwd=CHILD_CWD,
+            env=python_child_env(os.environ))
         if self.names is not None:
             threading.Thread(target=self._feed, args=(self._child, self.names), daemon=True,
                              name="mountctl-warm-feed").start()
@@ -242,46 +243,47 @@ def warm(root: str, names: Iterable[str] | None = None, *, budget_bytes: int | N
 # -- the child: python -m mountctl.mounts.warm ROOT [--stdin] [--workers N] [--budget-bytes B] ---------------
 
 
-def _whole_tree_within(root: str, budget: int, report: WarmReport) -> list[tuple[str, int]]:
-    """Every file under ``root`` (listing order) when all of them fit ``budget``, else none: the walk stops at the
-    first file past it, so a tree far larger than the cache is listed only as far as the budget."""
-    chosen, total = [], 0
-    for name in _walk_lazily(root):
-        try:
-            size = os.stat(os.path.join(root, name)).st_size
-        except OSError:  # gone since it was listed: nothing to warm
-            continue
-        total += size
-        if total > budget:
-            report.outgrown_bytes = total
-            return []
-        chosen.append((name, size))
-    return chosen
+def _walk_lazily(root: str, report: WarmReport) -> Iterator[str]:
+    """Every file under ``root``, sorted per folder; a folder that cannot be listed goes into ``report.failed``
+    (``os.walk`` drops such errors by default, and a partial walk then passed as a complete warm)."""
 
+    def unlisted(error: OSError) -> None:
+        where = os.path.relpath(error.filename or root, root)
+        report.failed.append(f"{where}/: cannot list it ({error.strerror or error})")
 
-def _walk_lazily(root: str) -> Iterator[str]:
-    for directory, dirs, files in os.walk(root):
+    for directory, dirs, files in os.walk(root, onerror=unlisted):
         dirs.sort()
         for name in sorted(files):
             yield os.path.relpath(os.path.join(directory, name), root)
 
 
-def _within_budget(root: str, names: list[str], budget: int | None, report: WarmReport) -> list[tuple[str, int]]:
-    """The files to read, in order, while their sizes fit ``budget``; a missing file is reported here."""
+def _within_budget(root: str, names: Iterable[str], budget: int | None, report: WarmReport, *,
+                   all_or_none: bool = False) -> list[tuple[str, int]]:
+    """The files to read, in order, while their sizes fit ``budget``; a missing file is reported here.
+
+    ``all_or_none`` (an automatic warm, over the lazy walk of the whole tree): every file when all of them fit, else
+    none and ``report.outgrown_bytes`` set.  The first file past the budget ends the walk, so a tree far larger than
+    the cache is listed only as far as the budget.  Its names are the walk's own, never outside the mount, and a file
+    that cannot be sized (gone since the walk listed it) is left out unreported."""
     chosen, total = [], 0
     for name in names:
-        if os.path.normpath(name).startswith(".."):
+        if not all_or_none and os.path.normpath(name).split(os.sep, 1)[0] == "..":
             report.failed.append(f"{name}: outside the mount")
             continue
         try:
             size = os.stat(os.path.join(root, name)).st_size
         except FileNotFoundError:
-            report.missing.append(name)
+            if not all_or_none:
+                report.missing.append(name)
             continue
         except OSError as exc:
-            report.failed.append(f"{name}: {exc.strerror}")
+            if not all_or_none:
+                report.failed.append(f"{name}: {exc.strerror}")
             continue
         if budget is not None and total + size > budget:
+            if all_or_none:
+                report.outgrown_bytes = total + size
+                return []
             report.skipped += 1
             continue
         total += size
@@ -307,11 +309,11 @@ def _child_main(argv: list[str]) -> int:
                         "the budget")
     args = parser.parse_args(argv)
     report = WarmReport()
-    if args.only_if_fits:
-        chosen = _whole_tree_within(args.root, args.budget_bytes, report)
+    if args.stdin:
+        names: Iterable[str] = [line.strip() for line in sys.stdin if line.strip()]
     else:
-        names = [line.strip() for line in sys.stdin if line.strip()] if args.stdin else list(_walk_lazily(args.root))
-        chosen = _within_budget(args.root, names, args.budget_bytes, report)
+        names = _walk_lazily(args.root, report)
+    chosen = _within_budget(args.root, names, args.budget_bytes, report, all_or_none=args.only_if_fits)
     lock = threading.Lock()
 
     def read(item: tuple[str, int]) -> None:

@@ -1,5 +1,9 @@
 """``Watchdog``: watches one mount and remounts it, with backoff, when it dies or stops answering.
 
+A mount whose store does not answer (``store-unreachable``) is not remounted: the new program would wait on the
+same store, and the remount would break the readers the kernel still serves from kept pages.  The episode is
+reported once when it begins (an event and a warning) and once when the store answers again.
+
 Its restart budget is per time window (``MAX_RESTARTS`` tries in ``RESTART_WINDOW_S``),
 not for the mount's whole life: a long job survives blips spread over days, and still
 gives up on a mount that keeps failing.  A mount whose directory vanished is not retried.
@@ -25,7 +29,7 @@ RESTART_WINDOW_S = 600.0  # ... within any 10 minutes
 
 log = logging.getLogger("mountctl")
 # States that are no reason to remount, yet worth one event when the mount enters them.
-_SAID_ONCE = ("busy", "not-permitted")
+_SAID_ONCE = ("busy", "not-permitted", "store-unreachable")
 
 
 class Watched(Protocol):
@@ -93,6 +97,11 @@ class Watchdog:
             if health.state in _SAID_ONCE and health.state != last_state:
                 # Not a fault: said once when it begins (not every interval), so the events show why nothing was done.
                 self.watched.report(health.state, health.error)
+                if health.state == "store-unreachable":  # readers of new data wait: worth a warning, once
+                    log.warning("%s", redact(health.error))
+            elif last_state == "store-unreachable" and health.state != last_state:
+                self.watched.report("store-answering", f"the store answers again; the mount is {health.state}"
+                                    + (f": {health.error}" if health.error else ""))
             last_state = health.state
             if health.ok:
                 continue

@@ -24,14 +24,15 @@ __all__ = [
     "NoShards",
     "TruncatedShard",
     "CheckpointError",
+    "ReadAheadSampler",
 ]
 
 _HOMES = {
-    "SOURCE_KINDS": "data.sources", "open_source": "data.sources", "ShardDataset": "data.dataset",
-    "Manifest": "data.manifest", "load_manifest": "data.manifest", "MakeConfig": "data.synthetic",
+    "SOURCE_KINDS": "data.sources", "open_source": "data.sources", "ShardDataset": "data.datasets.dataset",
+    "Manifest": "data.index.manifest", "load_manifest": "data.index.manifest", "MakeConfig": "data.synthetic",
     "make_dataset": "data.synthetic", "TrainConfig": "training.trainer", "train": "training.trainer",
     "DatasetError": "errors", "NoShards": "errors", "TruncatedShard": "errors",
-    "CheckpointError": "errors",
+    "CheckpointError": "errors", "ReadAheadSampler": "data.read_ahead.sampler",
 }
 
 

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from mountctl import BACKEND_NAMES, ArgumentParser, MountctlError
-from mountctl.pytorch.data.device_decode import DECODE_CHOICES
+from mountctl.pytorch.data.decode.device_decode import DECODE_CHOICES
 from mountctl.pytorch.data.sources import SOURCE_KINDS  # light: the kinds import their libraries on use
 from mountctl.pytorch.data.sources.mountpoint import add_mountpoint_arguments
 from mountctl.pytorch.training.trainer import ARCHITECTURES  # light: torch loads inside train()
@@ -50,19 +50,19 @@ def _make(args: argparse.Namespace, config: Any) -> int:
 
 
 def _train_config(args: argparse.Namespace) -> Any:
-    from mountctl.pytorch.data.sources.mountpoint import mountpoint_options
+    from mountctl.pytorch.data.sources.mountpoint import MountpointOptions
     from mountctl.pytorch.training.trainer import TrainConfig
 
     return TrainConfig(
         uri=args.uri, source_kind=args.source_kind, batch_size=args.batch_size, max_epochs=args.max_epochs,
-        max_steps=args.max_steps, num_workers=args.num_workers, precision=args.precision, backend=args.backend,
-        mount_dir=args.mount_dir, devices=args.devices, strategy=args.strategy, accelerator=args.accelerator,
+        max_steps=args.max_steps, num_workers=args.num_workers, precision=args.precision,
+        devices=args.devices, strategy=args.strategy, accelerator=args.accelerator,
         checkpoint_dir=args.checkpoint_dir, resume=args.resume, seed=args.seed, lr=args.lr,
         shuffle_buffer=args.shuffle_buffer, warmup_batches=args.warmup_batches, progress=not args.no_progress,
         log_dir=args.log_dir, decode=args.decode, checkpoint_every_n_steps=args.checkpoint_every_n_steps,
         sample_log=args.sample_log, num_nodes=args.num_nodes, arch=args.arch, random_access=args.random_access,
         data_wait_threshold=args.data_wait_threshold, metrics_port=args.metrics_port, index=args.index,
-        **mountpoint_options(args))
+        mountpoint=MountpointOptions.from_args(args))
 
 
 def _train(args: argparse.Namespace, config: Any) -> int:
@@ -73,7 +73,7 @@ def _train(args: argparse.Namespace, config: Any) -> int:
 
 
 def _index_config(args: argparse.Namespace) -> Any:
-    from mountctl.pytorch.data.indexer import IndexConfig
+    from mountctl.pytorch.data.index.indexer import IndexConfig
 
     return IndexConfig(uri=args.uri, index_out=args.index_out, label_field=args.label_field, read=args.read,
                        jobs=args.jobs, image_size=args.image_size)
@@ -81,7 +81,7 @@ def _index_config(args: argparse.Namespace) -> Any:
 
 def _index(args: argparse.Namespace, config: Any) -> int:
     from mountctl import resolve
-    from mountctl.pytorch.data.indexer import index_data
+    from mountctl.pytorch.data.index.indexer import index_data
 
     print(json.dumps(index_data(config, resolve(), progress=None if args.no_progress else sys.stderr)), flush=True)
     return 0

@@ -21,6 +21,7 @@ from .objects import (
     object_size,
     object_size_now,
     plain_etag,
+    read_range,
     short_client,
 )
 from .settings import (
@@ -51,5 +52,5 @@ __all__ = [
     "list_object_sizes",
     "object_size",
     "object_exists", "object_size_now",
-    "plain_etag", "object_etag_now", "object_head_now", "is_precondition_failed",
+    "plain_etag", "object_etag_now", "object_head_now", "is_precondition_failed", "read_range",
 ]

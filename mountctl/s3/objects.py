@@ -18,7 +18,7 @@ from .settings import S3Settings
 __all__ = ["client", "short_client", "store_throttling", "is_not_found",
            "check_bucket_access", "ensure_bucket", "StoredObject", "list_objects", "list_object_sizes",
            "object_size", "object_size_now", "object_exists", "plain_etag", "object_etag_now", "object_head_now",
-           "is_precondition_failed"]
+           "is_precondition_failed", "read_range"]
 
 
 # -- clients --------------------------------------------------------------------------------
@@ -74,6 +74,25 @@ def store_throttling(settings: S3Settings, bucket: str, prefix: str = "", *, req
     return False
 
 
+_loader: Any = None
+
+
+def _shared_loader() -> Any:
+    """One botocore data loader for every client of this process and of the processes it forks.
+
+    Each new botocore session parses S3's service model and endpoint rules again (0.1-0.5 s idle, about
+    1 s in a DataLoader worker of a busy 2-core machine: most of a mount route's first training batch, whose
+    first open asks S3 for the shard's ETag). The loader only caches what it read from botocore's own data
+    files, so a worker forked after the parent's first client inherits them parsed.
+    """
+    global _loader
+    if _loader is None:
+        import botocore.loaders
+
+        _loader = botocore.loaders.create_loader()
+    return _loader
+
+
 def _new_client(settings: S3Settings, connect_timeout: float, read_timeout: float, retries: int) -> Any:
     import boto3
     import botocore.session
@@ -82,10 +101,14 @@ def _new_client(settings: S3Settings, connect_timeout: float, read_timeout: floa
     if settings.has_credentials:
         # The keys are resolved already: a profile named in AWS_PROFILE must not be read again
         # (a missing one would fail the client even though it is not needed).
-        session = boto3.session.Session(botocore_session=botocore.session.Session(
-            session_vars={"profile": (None, None, None, None)}))
+        core = botocore.session.Session(session_vars={"profile": (None, None, None, None)})
     else:
-        session = boto3.session.Session(profile_name=settings.profile)
+        core = botocore.session.Session(profile=settings.profile)
+    loader = _shared_loader()
+    core.register_component("data_loader", loader)
+    session = boto3.session.Session(botocore_session=core)
+    # boto3 appends its own data folder to the loader's search path at every session: keep one of each
+    loader.search_paths[:] = list(dict.fromkeys(loader.search_paths))
     config = Config(
         region_name=settings.region,
         connect_timeout=connect_timeout,
@@ -289,6 +312,23 @@ def object_head_now(s3: Any, bucket: str, key: str) -> tuple[str, int] | None:
     raises while the store does not answer."""
     head = _head_now(s3, bucket, key)
     return None if head is None else (plain_etag(str(head.get("ETag", ""))), int(head["ContentLength"]))
+
+
+def read_range(s3: Any, bucket: str, key: str, offset: int, length: int, *, if_match: str | None = None
+               ) -> tuple[bytes, str]:
+    """``length`` (at least 1) bytes at ``offset`` from one ranged GET, and the ETag of the version they are of.
+
+    With ``if_match`` (a quoted ETag, ``VersionPin.if_match``) S3 answers another version with 412
+    (``is_precondition_failed``) rather than its bytes: the pin costs no request of its own.
+    """
+    pinned = {"IfMatch": if_match} if if_match else {}
+    response = s3.get_object(Bucket=bucket, Key=key, Range=f"bytes={offset}-{offset + length - 1}", **pinned)
+    body = response["Body"]
+    try:
+        data = bytes(body.read())
+    finally:
+        body.close()
+    return data, plain_etag(str(response.get("ETag", "")))
 
 
 def is_precondition_failed(exc: BaseException | None) -> bool:

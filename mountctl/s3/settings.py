@@ -141,15 +141,14 @@ class S3Settings:
         env = dict(os.environ if base is None else base)
         for name in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE"):
             env.pop(name, None)  # credentials below are already resolved from it
-        if self.role_based:
-            return self._chain_env(env)
-        env["AWS_REGION"] = self.region
-        env["AWS_DEFAULT_REGION"] = self.region
+        env["AWS_REGION"] = env["AWS_DEFAULT_REGION"] = self.region
         for name in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"):
             if self.endpoint_url:
                 env[name] = self.endpoint_url
             else:
                 env.pop(name, None)
+        if self.role_based:
+            return self._chain_env(env)
         if self.has_credentials:
             env["AWS_ACCESS_KEY_ID"] = self.access_key_id or ""
             env["AWS_SECRET_ACCESS_KEY"] = self.secret_access_key or ""
@@ -165,12 +164,6 @@ class S3Settings:
 
     def _chain_env(self, env: dict[str, str]) -> dict[str, str]:
         """For a role-based chain: the child resolves (and renews) the keys itself from the same profile."""
-        env["AWS_REGION"] = env["AWS_DEFAULT_REGION"] = self.region
-        for name in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"):
-            if self.endpoint_url:
-                env[name] = self.endpoint_url
-            else:
-                env.pop(name, None)
         for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", CHAIN_PROFILE_VARIABLE):
             env.pop(name, None)
         if self.profile:

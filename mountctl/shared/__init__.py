@@ -1,8 +1,8 @@
 """Node-shared mounts: one mount per request per node, held by many processes, run by a detached supervisor.
 
-``mount()`` is the one-line entry point; ``status()`` reports every shared
-mount.  Importing this package also keeps in-process ``Mount`` objects off
-the directories a supervisor manages.
+``mount()`` is the one-line entry point (``mountctl.observability.status()`` reports
+every shared mount).  Importing this package also keeps in-process ``Mount`` objects
+off the directories a supervisor manages.
 """
 
 from __future__ import annotations
@@ -17,9 +17,8 @@ from ..mounts.spec import MountSpec
 from ..s3 import S3Settings, resolve
 from .client import RegistryGuard, SharedMount, acquire, default_mount_dir, release, request_unmount
 from .registry import MountRecord, Registry
-from .status import status
 
-__all__ = ["mount", "status", "SharedMount", "MountRecord", "Registry", "acquire", "release", "request_unmount",
+__all__ = ["mount", "SharedMount", "MountRecord", "Registry", "acquire", "release", "request_unmount",
            "default_mount_dir"]
 
 set_default_guard(RegistryGuard())

@@ -11,13 +11,11 @@ default directories, and are refused at one explicit directory.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import logging
 import os
 import subprocess
-import sys
 import time
 from typing import Any
 
@@ -25,17 +23,15 @@ from .. import errors, paths
 from ..backoff import outage_bound_s
 from ..errors import AlreadyMounted, MountctlError, MountFailed, MountTimeout
 from ..mounts.backends import get_backend
-from ..mounts.fusectl import force_clear
 from ..mounts.health import Health, mount_health
-from ..mounts.mounttable import find_mount
 from ..mounts.spec import MountSpec
 from ..mounts.watchdog import WATCHDOG_INTERVAL_S
-from ..processes import process_alive, process_identity
+from ..processes import CHILD_CWD, process_alive, process_identity, python_child_env, python_module_argv
 from ..s3 import S3Settings, parse_s3_uri, resolve
 from ..teardown import track, untrack
 from .registry import MountRecord, Registry
 
-__all__ = ["SharedMount", "acquire", "refuse_nested_records", "release", "request_unmount", "clear_abandoned", "default_mount_dir",
+__all__ = ["SharedMount", "acquire", "refuse_nested_records", "release", "request_unmount", "default_mount_dir",
            "sharing_identity", "identity_differences", "RegistryGuard"]
 
 
@@ -137,29 +133,6 @@ class SharedMount:
         return f"SharedMount({self.spec.uri!r} at {self.path!r}, backend={self.backend!r}, pid={self.pid})"
 
 
-def clear_abandoned(mount_dir: str, record: MountRecord | None, registry: Registry) -> bool:
-    """Clean up after a supervisor that died: its mount program, its mount, its record.  Caller holds the lock.
-
-    The liveness check is made here, under the caller's lock, on the record read under it:
-    a check made before taking the lock could clear a mount that started meanwhile.
-    Returns False (and clears nothing) when the record's supervisor is alive.
-    """
-    if record is not None and process_alive(record.supervisor):
-        return False
-    if record is not None:
-        if record.program_pid:
-            import psutil
-
-            with contextlib.suppress(psutil.Error):
-                process = psutil.Process(record.program_pid)
-                if process.create_time() >= record.created_at - 1:
-                    process.kill()
-        registry.remove(mount_dir)
-    if find_mount(mount_dir) is not None:
-        force_clear(mount_dir)
-    return True
-
-
 def _recorded_error(record: MountRecord) -> MountctlError:
     """The supervisor's error, re-raised here with its own class (BucketNotFound, MountTimeout, ...)."""
     error = record.error or {}
@@ -182,9 +155,9 @@ def acquire(spec: MountSpec, *, settings: S3Settings | None = None, pinned: bool
     identity = sharing_identity(spec, settings)
     holder = None if pinned and holder_pid is None else process_identity(holder_pid)
     while True:
-        with registry.locked(spec.mount_dir):
-            stopping = _join_or_start(spec, identity, holder, pinned, watchdog, watchdog_interval_s, registry,
-                                      settings)
+        with registry.claim(spec.mount_dir) as claim:
+            stopping = _join_or_start(spec, claim.record, identity, holder, pinned, watchdog, watchdog_interval_s,
+                                      registry, settings)
         if stopping is None:
             break
         _wait_until_gone(spec.mount_dir, registry, stop_bound_s(spec), supervisor=stopping)
@@ -205,15 +178,11 @@ def acquire(spec: MountSpec, *, settings: S3Settings | None = None, pinned: bool
     return handle
 
 
-def _join_or_start(spec: MountSpec, identity: dict[str, Any], holder: dict[str, Any] | None, pinned: bool,
-                   watchdog: bool, watchdog_interval_s: float, registry: Registry,
-                   settings: S3Settings) -> dict[str, Any] | None:
-    """Under the record's lock: join the mount or start one; a mount being stopped is not joined, and its
-    supervisor is returned to be waited for (None when joined or started)."""
-    record = registry.read(spec.mount_dir)
-    if record is not None and not process_alive(record.supervisor):
-        clear_abandoned(spec.mount_dir, record, registry)
-        record = None
+def _join_or_start(spec: MountSpec, record: MountRecord | None, identity: dict[str, Any],
+                   holder: dict[str, Any] | None, pinned: bool, watchdog: bool, watchdog_interval_s: float,
+                   registry: Registry, settings: S3Settings) -> dict[str, Any] | None:
+    """Within the registry's claim on the directory: join the live mount ``record`` or start one; a mount being
+    stopped is not joined, and its supervisor is returned to be waited for (None when joined or started)."""
     if record is not None:
         differences = identity_differences(record.identity, identity)
         if differences:
@@ -250,7 +219,7 @@ def refuse_nested_records(mount_dir: str, registry: Registry) -> None:
     target = os.path.abspath(mount_dir).rstrip("/")
     for record in registry.records():
         other = os.path.abspath(record.mount_dir).rstrip("/")
-        if other == target or not process_alive(record.supervisor):
+        if other == target or not record.supervised():
             continue
         if target.startswith(other + "/"):
             where = f"is inside {other}, managed by mountctl for {record.uri}"
@@ -267,12 +236,12 @@ def _spawn_supervisor(mount_dir: str, registry: Registry, settings: S3Settings) 
     log_path = registry.supervisor_log(mount_dir)
     # The supervisor resolves the same settings from this environment: explicit settings
     # given to us reach the mount program too, and never through a command line.
-    env = {**settings.child_env(), "MOUNTCTL_HOME": paths.home()}
+    env = python_child_env({**settings.child_env(), "MOUNTCTL_HOME": paths.home()})
     with open(log_path, "ab") as log:
         return subprocess.Popen(
-            [sys.executable, "-m", "mountctl.shared.supervisor", mount_dir, log_path],
+            python_module_argv("mountctl.shared.supervisor", os.path.abspath(mount_dir), os.path.abspath(log_path)),
             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-            start_new_session=True, close_fds=True, env=env,
+            start_new_session=True, close_fds=True, env=env, cwd=CHILD_CWD,
         )
 
 
@@ -291,9 +260,8 @@ def _wait_until_ready(spec: MountSpec, registry: Registry) -> None:
         if record.state == "failed":
             # The record stays for the other waiters; the supervisor removes it once they have left.
             raise _recorded_error(record)
-        if record.supervisor is not None and not process_alive(record.supervisor):
-            with registry.locked(spec.mount_dir):
-                clear_abandoned(spec.mount_dir, registry.read(spec.mount_dir), registry)
+        if record.supervisor is not None and not record.supervised():
+            registry.clear_if_abandoned(spec.mount_dir)
             raise MountFailed(f"the supervisor of {spec.mount_dir} died while mounting; see "
                               f"{registry.supervisor_log(spec.mount_dir)}", mount_dir=spec.mount_dir)
         if time.monotonic() > deadline:
@@ -317,14 +285,10 @@ def release(mount_dir: str, holder: dict[str, Any], *, registry: Registry | None
 def request_unmount(mount_dir: str, *, registry: Registry | None = None, wait_s: float = 30.0) -> bool:
     """Ask the supervisor to unmount regardless of holders; False when nothing was managed there."""
     registry = registry or Registry()
-    with registry.locked(mount_dir):
-        record = registry.read(mount_dir)
-        if record is None:
-            return False
-        if not process_alive(record.supervisor):
-            clear_abandoned(mount_dir, record, registry)
-            return True
-        registry.write(record.replace(stop_requested=True, pinned=False))
+    with registry.claim(mount_dir) as claim:
+        if claim.record is None:
+            return claim.cleared  # True: a dead supervisor's mount, now cleared
+        registry.write(claim.record.replace(stop_requested=True, pinned=False))
     _wait_until_gone(mount_dir, registry, wait_s)
     return True
 
@@ -342,8 +306,7 @@ def _wait_until_gone(mount_dir: str, registry: Registry, wait_s: float, *,
             return  # someone else has started a new mount here meanwhile
         if not process_alive(supervisor):
             if record is not None:
-                with registry.locked(mount_dir):
-                    clear_abandoned(mount_dir, registry.read(mount_dir), registry)
+                registry.clear_if_abandoned(mount_dir)
             return
         time.sleep(0.05)
     raise MountTimeout(f"the mount at {mount_dir} was not taken down within {wait_s:g}s; "
@@ -365,8 +328,8 @@ class RegistryGuard:
         registry = self.registry
         deadline = time.monotonic() + stop_bound_s(spec)
         while True:
-            record = registry.read(spec.mount_dir)
-            if record is None or not process_alive(record.supervisor):
+            record = registry.live(spec.mount_dir)
+            if record is None:
                 return
             if record.state != "stopping":
                 pid = (record.supervisor or {}).get("pid")

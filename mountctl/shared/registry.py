@@ -6,6 +6,9 @@ Records live in ``$MOUNTCTL_HOME/mounts`` and change only under an exclusive
 process, the mount program's pid, the state, and the holders: processes using
 the mount, each identified by pid and start time so that a recycled pid never
 counts as alive.
+
+Whether a record's supervisor still runs, and clearing what a dead one left (its mount program, its mount, its
+record), is decided here and only under the lock: `Registry.claim` is that one transaction.
 """
 
 from __future__ import annotations
@@ -22,9 +25,12 @@ from typing import Any, Literal, get_args
 
 from .. import paths
 from ..errors import RegistryError
+from ..mounts.fusectl import force_clear
+from ..mounts.mounttable import find_mount
 from ..mounts.watchdog import WATCHDOG_INTERVAL_S
+from ..processes import process_alive
 
-__all__ = ["Registry", "MountRecord", "SharedState", "SHARED_STATES"]
+__all__ = ["Registry", "MountRecord", "Claim", "SharedState", "SHARED_STATES", "clear_abandoned"]
 
 SharedState = Literal["starting", "mounted", "recovering", "stopping", "failed"]
 SHARED_STATES: tuple[SharedState, ...] = get_args(SharedState)
@@ -65,6 +71,10 @@ class MountRecord:
         if self.state not in SHARED_STATES:
             raise RegistryError(f"registry record for {self.mount_dir} has unknown state {self.state!r}")
 
+    def supervised(self) -> bool:
+        """Its supervisor still runs (pid and start time: a recycled pid never counts)."""
+        return process_alive(self.supervisor)
+
     def replace(self, **changes: Any) -> MountRecord:
         return dataclasses.replace(self, **changes)
 
@@ -84,6 +94,14 @@ class MountRecord:
         values["holders"] = tuple(values.get("holders", ()))
         values["events"] = tuple(values.get("events", ()))
         return cls(**values)
+
+
+@dataclass(frozen=True)
+class Claim:
+    """What `Registry.claim` found under the lock."""
+
+    record: MountRecord | None  # the record of a live supervisor; None: no mount is managed here now
+    cleared: bool = False  # a dead supervisor's leftovers were just cleared
 
 
 class Registry:
@@ -133,6 +151,30 @@ class Registry:
             self.write(record)
             return record
 
+    @contextlib.contextmanager
+    def claim(self, mount_dir: str) -> Iterator[Claim]:
+        """The one transaction on a mount directory: lock, read, check the supervisor is alive, clear what a
+        dead one abandoned.  The lock is held until the block ends, so what the caller writes there rests on
+        that check: a check made before taking the lock could clear a mount that started meanwhile."""
+        with self.locked(mount_dir):
+            record = self.read(mount_dir)
+            if record is not None and clear_abandoned(mount_dir, record, self):
+                yield Claim(None, cleared=True)
+            else:
+                yield Claim(record)
+
+    def clear_if_abandoned(self, mount_dir: str) -> bool:
+        """For one who saw the supervisor die, outside the lock: the claim, also clearing a mount left here
+        without a record.  False when a live supervisor has the directory again."""
+        with self.locked(mount_dir):
+            return clear_abandoned(mount_dir, self.read(mount_dir), self)
+
+    def live(self, mount_dir: str) -> MountRecord | None:
+        """The record while its supervisor lives, at a glance without the lock: for waiting and refusing, never
+        for a change."""
+        record = self.read(mount_dir)
+        return record if record is not None and record.supervised() else None
+
     def update(self, mount_dir: str, **changes: Any) -> MountRecord | None:
         return self.modify(mount_dir, lambda record: record.replace(**changes))
 
@@ -150,3 +192,25 @@ class Registry:
                 except (OSError, ValueError, TypeError, RegistryError):
                     continue
         return found
+
+
+def clear_abandoned(mount_dir: str, record: MountRecord | None, registry: Registry) -> bool:
+    """Clean up after a supervisor that died: its mount program, its mount, its record.  Caller holds the lock.
+
+    The liveness check is made here, on the record read under the caller's lock.  Returns False (and clears
+    nothing) when the record's supervisor is alive.
+    """
+    if record is not None and record.supervised():
+        return False
+    if record is not None:
+        if record.program_pid:
+            import psutil
+
+            with contextlib.suppress(psutil.Error):
+                process = psutil.Process(record.program_pid)
+                if process.create_time() >= record.created_at - 1:
+                    process.kill()
+        registry.remove(mount_dir)
+    if find_mount(mount_dir) is not None:
+        force_clear(mount_dir)
+    return True

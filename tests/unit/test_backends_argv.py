@@ -175,6 +175,13 @@ def test_mount_s3_reads_in_5_mib_parts_unless_the_user_names_a_part_size(tmp_pat
         assert [a for a in mine if a.endswith("part-size")] == [flag] and mine[-1] == "16777216"
 
 
+def test_mount_s3_gets_64_fuse_threads_unless_the_user_names_a_count(tmp_path):
+    argv = MountS3().command(_spec(), LOCAL, str(tmp_path))
+    assert argv[argv.index("--max-threads") + 1] == "64" and argv.count("--max-threads") == 1
+    mine = MountS3().command(_spec(extra_args={"mount-s3": ("--max-threads", "8")}), LOCAL, str(tmp_path))
+    assert mine.count("--max-threads") == 1 and mine[mine.index("--max-threads") + 1] == "8"
+
+
 def _aws_mount_s3(tmp_path, version):
     """A stand-in for AWS's mount-s3 that only answers --version: no registry here serves AWS's older releases,
     and the version line is all the command line depends on."""

@@ -48,4 +48,5 @@ def test_from_index_in_a_sweep_is_refused_in_the_dry_run():
     with pytest.raises(InvalidSpec, match="mount-s3\\+index") as refused:
         configure(["bench", "--from-index"])
     assert len(str(refused.value).splitlines()) == 1
-    assert configure(["bench", "s3://bucket/p/", "--source-kind", "mountpoint", "--from-index"])[1].from_index
+    config = configure(["bench", "s3://bucket/p/", "--source-kind", "mountpoint", "--from-index"])[1]
+    assert config.mountpoint.from_index

@@ -93,7 +93,8 @@ def test_a_plan_reads_far_through_a_proxy_of_its_own_when_none_runs(tmp_path, mo
 
 
 def test_the_far_store_runs_every_cell_unless_far_cells_says_loader_and_the_local_store_runs_too():
-    from benchmarks.harness.sweep import _cell_total, _store_config, source_plan
+    from benchmarks.harness.loader_cells import source_plan
+    from benchmarks.harness.sweep import _cell_total, _store_config
 
     quick = preset("quick", uri="s3://bench/p/", backends=("rclone", "s3fs"))
     tiny = preset("tiny", uri="s3://bench/p/", backends=("rclone", "s3fs"))

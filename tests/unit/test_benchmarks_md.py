@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.harness.benchmarks_md import FIGURES, NOT_RUN, PAGES, REGENERATE, write_pages
+from benchmarks.harness.benchmarks_page import FIGURES, NOT_RUN, PAGES, REGENERATE, write_pages
 from mountctl.errors import InvalidSpec
 
 RUN = Path(__file__).parent / "data" / "bench-tiny"
@@ -142,6 +142,29 @@ def test_a_suite_no_longer_given_takes_its_old_picture_away(tmp_path):
     assert _section(page, "Bytes against the limit").strip() == NOT_RUN
 
 
+def test_with_keep_a_suite_not_given_keeps_its_old_section_and_picture_and_the_rest_is_regenerated(tmp_path):
+    root = tmp_path / "checkout"
+    write_pages([str(RUN)], str(root))
+    before = (root / "BENCHMARKS.md").read_text()
+    only_loader = tmp_path / "run"
+    only_loader.mkdir()
+    rerun = json.loads(REPORT_JSON.read_text())
+    rerun["cells"] = [c for c in rerun["cells"] if c["cell"] not in ("bytes", "random", "checkpoint")]
+    rerun["run"] = {**rerun["run"], "commit": "0123456789abcdef"}
+    (only_loader / REPORT_JSON.name).write_text(json.dumps(rerun))
+    shutil.copy(REPORT_MD, only_loader)
+    write_pages([str(only_loader)], str(root), keep=True)
+    page = (root / "BENCHMARKS.md").read_text()
+    for title in ("Checkpoints", "Bytes against the limit"):
+        assert _section(page, title) == _section(before, title)  # its own run's facts and figures, unchanged
+    assert "0123456789ab" in _section(page, "Loader and training")
+    assert "0123456789ab" not in _section(page, "Checkpoints")
+    assert _section(page, "64 readers on one mount").strip() == NOT_RUN  # never run: nothing to keep
+    assert sorted(os.listdir(root / FIGURES)) == ["bytes.png", "checkpoints.png", "loader-training.png"]
+    links = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", page)
+    assert len(links) == 3 and all((root / link).resolve().is_file() for link in links)
+
+
 def _copy_of_run(result: dict, started: str, scale: float, dirty: bool = False) -> dict:
     """The real run again, as if repeated: a later start and every measured float multiplied by ``scale``."""
     again = json.loads(json.dumps(result))
@@ -155,7 +178,7 @@ def _copy_of_run(result: dict, started: str, scale: float, dirty: bool = False) 
 
 
 def test_three_runs_of_one_command_at_one_commit_give_each_figure_as_their_median(tmp_path, result):
-    from benchmarks.harness.benchmarks_md import Run, median_run
+    from benchmarks.harness.benchmarks_page import Run, median_run
 
     runs = [Run("sweep", "a.json", _copy_of_run(result, result["started"], 1.0)),
             Run("sweep", "b.json", _copy_of_run(result, "2099-01-01T00:00:00+00:00", 3.0, dirty=True)),

@@ -17,8 +17,7 @@ from mountctl import Mount, MountSpec, StaleMount, paths
 from mountctl.mounts.fusectl import UnmountResult
 from mountctl.mounts.mounttable import MountEntry
 from mountctl.processes import process_identity
-from mountctl.shared.client import clear_abandoned
-from mountctl.shared.registry import MountRecord, Registry
+from mountctl.shared.registry import MountRecord, Registry, clear_abandoned
 from mountctl.shared.supervisor import shut_down
 
 

@@ -15,9 +15,9 @@ import torch
 from PIL import Image
 
 from mountctl.errors import InvalidSpec
-from mountctl.pytorch.data.device_decode import decode_batch, encoded, resolve_decode, transfer_encoded_batch
-from mountctl.pytorch.data.jpeg import decode_jpegs
-from mountctl.pytorch.data.shards import RawSample, batched, decode
+from mountctl.pytorch.data.datasets.shards import RawSample, batched, decode
+from mountctl.pytorch.data.decode.device_decode import decode_batch, encoded, resolve_decode, transfer_encoded_batch
+from mountctl.pytorch.data.decode.jpeg import decode_jpegs
 from mountctl.pytorch.data.synthetic import sample_jpeg
 from mountctl.pytorch.errors import DatasetError
 
@@ -80,9 +80,9 @@ def test_workers_yield_bytes_and_the_datamodule_hook_makes_the_cpu_batches(tmp_p
     """The whole --decode gpu path on a local shard: ShardDataset with decode="gpu", then the
     DataModule's transfer hook (to the CPU here), against ShardDataset with decode="cpu"."""
     from benchmarks.harness.limits import LocalDiskSource
-    from mountctl.pytorch.data.datamodule import ShardDataModule
-    from mountctl.pytorch.data.dataset import ShardDataset
-    from mountctl.pytorch.data.manifest import Manifest, ShardInfo
+    from mountctl.pytorch.data.datasets.datamodule import ShardDataModule
+    from mountctl.pytorch.data.datasets.dataset import ShardDataset
+    from mountctl.pytorch.data.index.manifest import Manifest, ShardInfo
     from mountctl.pytorch.data.synthetic import MakeConfig, build_shard
 
     data = build_shard(MakeConfig(uri="s3://bucket/p/", num_images=12, image_size=32), 0, 12)

@@ -19,11 +19,11 @@ from mountctl.mounts.backends import (
     s3fs_memory_options,
 )
 from mountctl.mounts.spec import MountSpec
+from mountctl.observability.exporter import STATES, MountCollector, parse_listen, readiness
+from mountctl.observability.metrics import mount_figures, program_memory
 from mountctl.processes import process_identity
 from mountctl.s3 import S3Settings
 from mountctl.shared.client import sharing_identity
-from mountctl.shared.exporter import STATES, MountCollector, parse_listen, readiness
-from mountctl.shared.metrics import mount_figures, program_memory
 from mountctl.shared.registry import MountRecord
 
 MIB = 1 << 20
@@ -244,7 +244,7 @@ def test_the_exporter_serves_its_three_paths_over_http():
     import urllib.error
     import urllib.request
 
-    from mountctl.shared.exporter import Exporter
+    from mountctl.observability.exporter import Exporter
 
     with Exporter("127.0.0.1", 0, timeout_s=1.0) as exporter:
         host, port = exporter.address

@@ -9,7 +9,7 @@ import socket
 import threading
 import time
 
-from mountctl.shared.exporter import _BoundedHTTPServer, _PreReadHandler
+from mountctl.observability.exporter import _BoundedHTTPServer, _PreReadHandler
 
 
 def _ask(port: int) -> socket.socket:

@@ -9,11 +9,11 @@ from __future__ import annotations
 import os
 import time
 
+from mountctl.observability import snapshot as snapshot_module
+from mountctl.observability.exporter import readiness
+from mountctl.observability.snapshot import StatusSnapshot
 from mountctl.processes import process_identity
-from mountctl.shared import snapshot as snapshot_module
-from mountctl.shared.exporter import readiness
 from mountctl.shared.registry import MountRecord, Registry
-from mountctl.shared.snapshot import StatusSnapshot
 
 
 def _mounted(tmp_path) -> MountRecord:

@@ -3,21 +3,10 @@
 from __future__ import annotations
 
 import concurrent.futures
-import os
 
 from mountctl.pytorch.data.sources.mountpoint import FileReader
 
-
-def open_fds_under(root: str) -> list[str]:
-    found = []
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            target = os.readlink(f"/proc/self/fd/{fd}")
-        except OSError:
-            continue
-        if target.startswith(root):
-            found.append(target)
-    return found
+from open_files import open_fds_under
 
 
 def test_threads_reading_ranges_open_each_file_once_and_close_gives_every_descriptor_back(tmp_path):
@@ -54,10 +43,10 @@ def test_map_datamodule_gives_each_epochs_descriptors_back_and_none_at_teardown(
     from types import SimpleNamespace
 
     from benchmarks.harness.limits import LocalDiskSource
-    from mountctl.pytorch.data.datamodule import MapDataModule
-    from mountctl.pytorch.data.manifest import Manifest, ShardInfo
+    from mountctl.pytorch.data.datasets.datamodule import MapDataModule
+    from mountctl.pytorch.data.index.manifest import Manifest, ShardInfo
+    from mountctl.pytorch.data.index.tarindex import index_tar
     from mountctl.pytorch.data.synthetic import MakeConfig, build_shard
-    from mountctl.pytorch.data.tarindex import index_tar
 
     shards = []
     for number in range(3):
@@ -104,8 +93,8 @@ def test_mount_cache_is_sized_from_the_manifest_total_with_no_list(tmp_path, mon
     monkeypatch.setattr(mountctl, "mount", mount)
     monkeypatch.setattr(mountpoint.s3, "list_object_sizes", no_list)
     total = 3 << 30  # a 3 GiB files-layout dataset
-    with mountpoint.mountpoint_source("s3://bkt/files/", mountctl.resolve(), cache_dir=str(tmp_path),
-                                      dataset_bytes=total) as source:
+    with mountpoint.mountpoint_source("s3://bkt/files/", mountctl.resolve(), dataset_bytes=total,
+                                      mountpoint=mountpoint.MountpointOptions(cache_dir=str(tmp_path))) as source:
         assert source.cache_size_mb == asked["cache_size_mb"]
     assert asked["cache_size_mb"] == cache_bound_mb(total, free_mb(str(tmp_path)) << 20)
     assert asked["cache_size_mb"] > 257 or free_mb(str(tmp_path)) < 1024  # not the manifest.json-only size

@@ -8,9 +8,9 @@ import time
 import pytest
 
 from mountctl import InvalidSpec
-from mountctl.pytorch.data.indexer import class_tree
-from mountctl.pytorch.data.location import IndexLocation, parse_data_uri
-from mountctl.pytorch.data.manifest import FORMAT, Manifest, ShardInfo, from_json_text
+from mountctl.pytorch.data.index.indexer import class_tree
+from mountctl.pytorch.data.index.location import IndexLocation, parse_data_uri
+from mountctl.pytorch.data.index.manifest import FORMAT, Manifest, ShardInfo, from_json_text
 from mountctl.pytorch.errors import DatasetError
 from mountctl.s3 import StoredObject
 

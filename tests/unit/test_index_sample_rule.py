@@ -13,9 +13,9 @@ from dataclasses import replace
 
 import pytest
 
-from mountctl.pytorch.data.shards import read_shard
-from mountctl.pytorch.data.tarsamples import sample_members
-from mountctl.pytorch.data.tarwalk import LabelRule, StreamReader, walk_shard
+from mountctl.pytorch.data.datasets.shards import read_shard
+from mountctl.pytorch.data.index.tarsamples import sample_members
+from mountctl.pytorch.data.index.tarwalk import LabelRule, StreamReader, walk_shard
 from mountctl.pytorch.errors import DatasetError
 
 KEYS = ["img0", "__a", "img2", "img3"]

@@ -13,8 +13,8 @@ import zlib
 
 import pytest
 
-from mountctl.pytorch.data.tarsamples import split_member_name
-from mountctl.pytorch.data.tarwalk import LabelRule, RangedReader, StreamReader, walk_shard
+from mountctl.pytorch.data.index.tarsamples import split_member_name
+from mountctl.pytorch.data.index.tarwalk import LabelRule, RangedReader, StreamReader, walk_shard
 from mountctl.pytorch.errors import DatasetError, TruncatedShard
 
 
@@ -124,7 +124,7 @@ def test_auto_reads_headers_only_where_a_member_streams_slower_than_a_round_trip
     import io
     import time
 
-    from mountctl.pytorch.data.indexer import choose_reader
+    from mountctl.pytorch.data.index.indexer import choose_reader
 
     # What the first shard measured: 20 ms to the first byte, then 50 MB in 1 s.
     timed = StreamReader(io.BytesIO(), started=time.monotonic() - 1.02, bytes_read=50_000_000, first_byte_s=0.02)

@@ -10,7 +10,7 @@ import pytest
 from mountctl.cli import main as mountctl_main
 from mountctl.errors import InvalidSpec, MountctlError
 from mountctl.local_s3.far_proxy import FarProfile, render_config
-from mountctl.shared.exporter import address_family, readiness
+from mountctl.observability.exporter import address_family, readiness
 from resnet import main as resnet_main
 
 

@@ -7,7 +7,7 @@ import io
 import pytest
 from PIL import Image
 
-from mountctl.pytorch.data.jpeg import decode_jpeg, jpeg_frame
+from mountctl.pytorch.data.decode.jpeg import decode_jpeg, jpeg_frame
 from mountctl.pytorch.data.synthetic import sample_jpeg
 
 COMPONENTS = {"RGB": 3, "L": 1, "CMYK": 4}

@@ -110,3 +110,11 @@ def test_the_torch_extra_declares_every_library_the_torch_side_imports():
             if top and top not in stdlib and top != "mountctl":
                 used.add(distribution.get(top, top).lower())
     assert used - declared == set(), f"pyproject's torch extra lacks {sorted(used - declared)}"
+
+
+def test_sharing_never_imports_observability():
+    """observability/ reads shared/'s records; shared/ importing it back would make a supervisor load the exporter
+    and, through the package's __init__, an import cycle that the graph above cannot see."""
+    offences = [f"{path.relative_to(ROOT)}: {module}" for path in sorted((ROOT / "shared").rglob("*.py"))
+                for module, _ in _imports(path) if module.startswith("mountctl.observability")]
+    assert not offences, "shared/ imports observability/:\n" + "\n".join(offences)

@@ -18,12 +18,12 @@ import time
 
 import pytest
 
-from mountctl.pytorch.data.manifest import Manifest
-from mountctl.pytorch.data.mapsampler import ExactlyOnceBatchSampler
-from mountctl.pytorch.data.mapstyle import MapSampleDataset, SampleRef
+from mountctl.pytorch.data.datasets.mapstyle import MapSampleDataset, SampleRef
+from mountctl.pytorch.data.index.manifest import Manifest
+from mountctl.pytorch.data.index.tarindex import index_tar
+from mountctl.pytorch.data.sampling.mapsampler import ExactlyOnceBatchSampler
 from mountctl.pytorch.data.sources.mountpoint import FileReader
 from mountctl.pytorch.data.synthetic import MakeConfig, build_shard, sample_jpeg
-from mountctl.pytorch.data.tarindex import index_tar
 from mountctl.pytorch.errors import DatasetError, TruncatedShard
 
 CONFIG = MakeConfig(uri="s3://bkt/p/", num_images=12, image_size=16, num_classes=5, seed=3)
@@ -46,7 +46,7 @@ def test_tar_index_of_a_cut_shard_names_it():
 
 
 def test_manifest_keeps_the_index_through_json():
-    from mountctl.pytorch.data.manifest import ShardInfo
+    from mountctl.pytorch.data.index.manifest import ShardInfo
 
     members = tuple(index_tar("s.tar", io.BytesIO(build_shard(CONFIG, 0, 3))))
     manifest = Manifest(3, 16, 5, 3, (ShardInfo("shard-000000.tar", 3, 0, 10240, "ab", members),))
@@ -85,7 +85,7 @@ def test_batch_sampler_shuffles_differently_each_epoch():
 def test_batch_sampler_resumed_on_another_layout_gives_the_rest_of_the_epoch_once(before, after, steps):
     """Run ``steps`` steps on (ranks, batch size) ``before``, record the position as the checkpoint does, and
     resume on ``after``: the samples trained before plus those after are the epoch's, each exactly once."""
-    from mountctl.pytorch.data.plan import consumed_after
+    from mountctl.pytorch.data.sampling.plan import consumed_after
 
     total = 47
 
@@ -159,7 +159,7 @@ def test_a_read_that_never_returns_fails_within_the_bound_without_threads_or_wor
     demand (a stopped mount program is soon aborted by the watchdog, which ends the read with ECONNABORTED).
     """
 
-    from mountctl.pytorch.data import mapstyle
+    from mountctl.pytorch.data.datasets import mapstyle
 
     release = threading.Event()
 
@@ -197,7 +197,7 @@ def _release(fifo):
 def test_a_read_that_never_returns_does_not_hold_up_the_next_read(tmp_path, monkeypatch):
     """The bounded read ran on a one-thread pool: after a read that gave nothing in the bound, every later read
     queued behind it and failed the same way. Each read now runs on a thread of its own."""
-    from mountctl.pytorch.data import mapstyle
+    from mountctl.pytorch.data.datasets import mapstyle
 
     names, refs = _hung_pair(tmp_path)
     monkeypatch.setattr(mapstyle, "FETCH_TIMEOUT_S", 0.5)
@@ -218,8 +218,8 @@ def test_a_process_with_a_read_that_never_returned_still_exits(tmp_path, threads
     names, refs = _hung_pair(tmp_path)
     code = textwrap.dedent(f"""
         import sys
-        from mountctl.pytorch.data import mapstyle
-        from mountctl.pytorch.data.mapstyle import MapSampleDataset, SampleRef
+        from mountctl.pytorch.data.datasets import mapstyle
+        from mountctl.pytorch.data.datasets.mapstyle import MapSampleDataset, SampleRef
         from mountctl.pytorch.data.sources.mountpoint import FileReader
         from mountctl.pytorch.errors import DatasetError
         mapstyle.FETCH_TIMEOUT_S = 0.5

@@ -18,7 +18,7 @@ from benchmarks.harness.mlperf import (
     mount_routes,
     search_accelerators,
 )
-from benchmarks.harness.report import mlperf_markdown, write_mlperf_report
+from benchmarks.harness.report import mlperf_markdown, write_report
 from mountctl import InvalidSpec
 
 UNET3D, IMAGES = SCALES["full"]
@@ -171,7 +171,7 @@ def test_mount_s3_is_measured_once_more_mounted_from_a_list_of_the_objects():
 
 
 def test_the_report_writes_the_table_the_runs_and_a_chart(tmp_path):
-    paths = write_mlperf_report(_result(RUNS), str(tmp_path))
+    paths = write_report(_result(RUNS), str(tmp_path), "mlperf")
     assert sorted(paths) == ["json", "md", "png"]
     with open(paths["png"], "rb") as f:
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"

@@ -14,9 +14,9 @@ from torchdata.nodes import Loader, Prefetcher
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from benchmarks.harness.limits import LocalDiskSource
-from mountctl.pytorch.data.dataset import ShardDataset
-from mountctl.pytorch.data.manifest import Manifest, ShardInfo
-from mountctl.pytorch.data.nodes import ShardBatchNode
+from mountctl.pytorch.data.datasets.dataset import ShardDataset
+from mountctl.pytorch.data.datasets.torchdata_nodes import ShardBatchNode
+from mountctl.pytorch.data.index.manifest import Manifest, ShardInfo
 from mountctl.pytorch.data.synthetic import MakeConfig, build_shard
 from mountctl.pytorch.errors import CheckpointError
 
@@ -129,8 +129,8 @@ def test_shard_dataset_resumes_under_stateful_dataloader_on_the_same_layout(loca
 @pytest.mark.parametrize("workers", [0, 2])
 def test_the_map_style_dataset_resumes_under_stateful_dataloader_on_the_same_layout(tmp_path, workers):
     """MapSampleDataset with its ExactlyOnceBatchSampler: StatefulDataLoader replays the sampler (indices only)."""
-    from mountctl.pytorch.data.mapsampler import ExactlyOnceBatchSampler
-    from mountctl.pytorch.data.mapstyle import MapSampleDataset, SampleRef, collate
+    from mountctl.pytorch.data.datasets.mapstyle import MapSampleDataset, SampleRef, collate
+    from mountctl.pytorch.data.sampling.mapsampler import ExactlyOnceBatchSampler
     from mountctl.pytorch.data.sources.mountpoint import FileReader
     from mountctl.pytorch.data.synthetic import sample_jpeg
 

@@ -15,7 +15,7 @@ from botocore.exceptions import ClientError, EndpointConnectionError
 
 from mountctl import ObjectChanged, VersionPin, s3
 from mountctl.mounts.resilient import ResilientReader
-from mountctl.pytorch.data.manifest import Manifest
+from mountctl.pytorch.data.index.manifest import Manifest
 from mountctl.pytorch.data.sources.pins import shard_pins
 
 URI = "s3://bkt/data/shard-000403.tar"

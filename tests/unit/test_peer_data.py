@@ -16,6 +16,7 @@ from benchmarks.harness.peer_data import (
     sample_digest,
 )
 from benchmarks.harness.peers import peer_cell_count, peer_comparison
+from benchmarks.harness.sweep_run import Planned
 from mountctl import InvalidSpec, S3Settings
 
 LOCAL = S3Settings(endpoint_url="http://127.0.0.1:9000", region="us-east-1", access_key_id="AK",
@@ -87,7 +88,7 @@ def test_a_missing_peer_library_is_named_with_what_to_install():
 def test_the_sweep_takes_known_peers_only_and_counts_their_cells():
     quick = preset("quick", uri="s3://bench-bucket/bench/")
     assert quick.peers == PEERS
-    assert peer_cell_count(quick, datasets=1, train=False) == len(PEERS) * (1 + 2) * 2
+    assert peer_cell_count(quick, Planned(datasets=1, train=False, peer_train=False)) == len(PEERS) * (1 + 2) * 2
     assert preset("tiny", uri="s3://bench-bucket/bench/").peers == ()
     with pytest.raises(InvalidSpec, match="--peers"):
         preset("quick", uri="s3://bench-bucket/bench/", peers=("webdataset",))

@@ -11,7 +11,7 @@ from benchmarks.harness.command import add_bench_arguments
 from benchmarks.harness.config import preset
 from benchmarks.harness.peer_data import PEERS, peer_data_base, peer_uri, source_fingerprint
 from mountctl import InvalidSpec
-from mountctl.pytorch.data.manifest import Manifest, ShardInfo
+from mountctl.pytorch.data.index.manifest import Manifest, ShardInfo
 from mountctl.pytorch.errors import DatasetError
 
 USER = "s3://own/imagenet/"

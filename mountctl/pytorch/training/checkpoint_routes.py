@@ -31,7 +31,7 @@ from typing import Any, TypeVar
 from lightning.fabric.plugins.io.checkpoint_io import CheckpointIO
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 
-from mountctl import BACKEND_NAMES, MountctlError, MountHandle, S3Settings, mount, parse_s3_uri
+from mountctl import BACKEND_NAMES, MountctlError, MountHandle, S3Settings, get_backend, mount, parse_s3_uri
 from mountctl.pytorch.errors import CheckpointError
 from mountctl.pytorch.training.versioned import newest_whole, save_versioned, whole_versions
 from mountctl.s3 import ensure_bucket, is_not_found, list_object_sizes, object_size, short_client
@@ -286,8 +286,9 @@ class MountCheckpointIO(CheckpointIO):
     def save_checkpoint(self, checkpoint: dict[str, Any], path: Any, storage_options: Any = None) -> None:
         data = memoryview(serialize(checkpoint))
         final = self.local_path(path)
+        overwrites = get_backend(self.handle.backend).overwrites_files
         try:
-            if self.handle.backend == "mount-s3":  # new files only: a new version, then the old ones go
+            if not overwrites:  # new files only: a new version, then the old ones go
                 save_versioned(os.path.dirname(final), os.path.basename(final), data)
                 return
             with open(final, "wb") as f:  # sequential writes; the program uploads on close
@@ -295,7 +296,7 @@ class MountCheckpointIO(CheckpointIO):
                     f.write(data[start:start + _CHUNK])
         except OSError as exc:
             with contextlib.suppress(OSError):
-                if self.handle.backend != "mount-s3":  # save_versioned removed its own partial file
+                if overwrites:  # save_versioned removed its own partial file
                     os.unlink(final)
             raise CheckpointError(f"saving checkpoint {path} through the {self.handle.backend} mount failed: "
                                   f"{exc.strerror or exc}; the partial file was removed, so --resume will not "

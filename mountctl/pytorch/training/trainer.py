@@ -11,15 +11,14 @@ from __future__ import annotations
 import json
 import os
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any, TextIO
 
 from mountctl import InvalidSpec, S3Settings, port_free, resolve
-from mountctl.pytorch.data.device_decode import resolve_decode
-from mountctl.pytorch.data.location import parse_data_uri
-from mountctl.pytorch.data.manifest import load_dataset_description
-from mountctl.pytorch.data.sources import check_source_choice, open_source
-from mountctl.pytorch.data.sources.mountpoint import check_from_index
+from mountctl.pytorch.data.decode.device_decode import resolve_decode
+from mountctl.pytorch.data.index.location import parse_data_uri
+from mountctl.pytorch.data.index.manifest import load_dataset_description
+from mountctl.pytorch.data.sources import MountpointOptions, check_source_choice, open_source
 from mountctl.pytorch.notices import quiet_known_notices
 from mountctl.pytorch.worker_tmp import worker_tempdir
 
@@ -36,9 +35,9 @@ def default_num_workers() -> int:
 
 
 # CPU flags (as /proc/cpuinfo spells them) that mean native bf16 arithmetic.  Without them autocast
-# to bf16 is emulated and runs at about half the speed of fp32 (issue #9: 9.4-11.9 vs 19.1-21.6 img/s
-# on an AVX-512 Xeon without AVX512_BF16).  torch.ops.mkldnn._is_mkldnn_bf16_supported() is true on
-# any AVX-512 CPU, so it cannot decide this.
+# to bf16 is emulated and trains slower than fp32 (measured in issue #9, on an AVX-512 Xeon without
+# AVX512_BF16).  torch.ops.mkldnn._is_mkldnn_bf16_supported() is true on any AVX-512 CPU, so it
+# cannot decide this.
 _NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
 
 
@@ -127,8 +126,6 @@ class TrainConfig:
     max_steps: int = -1
     num_workers: int | None = None  # None: default_num_workers()
     precision: str | None = None  # None: default_precision()
-    backend: str = "auto"
-    mount_dir: str | None = None
     devices: str = "auto"
     num_nodes: int = 1  # machines; under torchrun or SLURM, each runs `devices` ranks
     strategy: str = "auto"
@@ -147,14 +144,8 @@ class TrainConfig:
     sample_log: str | None = None  # FILE (FILE.rank<N> per rank when several): "key epoch global_step rank" lines
     random_access: bool = False  # indexed shards read map-style (one ranged read per sample); files layout always is
     readahead_threads: int = 16  # map-style: objects fetched in parallel per DataLoader worker (0: one at a time)
-    cache: bool = True  # mountpoint kind: node-local data cache of the mount
-    cache_dir: str | None = None  # None: $MOUNTCTL_HOME/cache
-    cache_size_mb: int | None = None  # None: the dataset's size, at most half the free disk
-    # mountpoint kind: None (default) each reader reads its next shards into memory while it decodes, and a per-file
-    # dataset mounted --from-index is warmed whole by mount-s3 when it fits; True also warms each reader's next
-    # shards into the cache; False: none of these
-    read_ahead: bool | None = None
-    from_index: bool = False  # mountpoint kind: mount exactly the index's objects (mount-s3's manifest mount)
+    # the mountpoint kind's own: --backend, --mount-dir, the cache, the read-ahead, --from-index
+    mountpoint: MountpointOptions = field(default_factory=MountpointOptions)
     data_wait_threshold: float = 0.2  # above this share of step time waiting for data, one line says what to try
     metrics_port: int | None = None  # rank 0 serves data_wait_fraction on 127.0.0.1:PORT/metrics (Prometheus)
     index: str | None = None  # --index PATH|s3://...: the dataset's index where it is not beside the data
@@ -162,8 +153,7 @@ class TrainConfig:
     def __post_init__(self) -> None:
         target = parse_data_uri(self.uri)  # a prefix, or shards picked by a brace pattern
         object.__setattr__(self, "uri", self.uri if target.names is not None else target.uri)
-        check_source_choice(self.source_kind, self.backend)
-        check_from_index(self.source_kind, self.backend, self.from_index)
+        check_source_choice(self.source_kind, self.mountpoint)
         if self.batch_size < 1:
             raise InvalidSpec(f"--batch-size must be at least 1, not {self.batch_size}")
         if self.num_workers is not None and self.num_workers < 0:
@@ -197,8 +187,6 @@ class TrainConfig:
             # Checked before the mount and the dataset are set up, not when rank 0 binds it at the first step.
             raise InvalidSpec(f"--metrics-port {self.metrics_port} is in use on 127.0.0.1: choose a free port "
                               f"(see `ss -ltnp 'sport = :{self.metrics_port}'`)")
-        if self.cache_size_mb is not None and self.cache_size_mb < 1:
-            raise InvalidSpec(f"--cache-size-mb must be positive, not {self.cache_size_mb}")
         # Both fail here, before S3 is asked anything: a wrong spelling, a log file that cannot be written.
         if self.checkpoint_dir:
             from mountctl.pytorch.training.checkpoint import CheckpointTarget
@@ -260,7 +248,7 @@ def _summary(config: TrainConfig, manifest: Any, trainer: Any, source: Any, moni
 def _datamodule(config: TrainConfig, manifest: Any, uri: str, source: Any, num_workers: int, pin_memory: bool,
                 decode: str) -> Any:
     """Map-style for the files layout (and indexed shards with ``random_access``), else the shard stream."""
-    from mountctl.pytorch.data.datamodule import MapDataModule, ShardDataModule
+    from mountctl.pytorch.data.datasets.datamodule import MapDataModule, ShardDataModule
 
     if manifest.layout == "files" or config.random_access:
         return MapDataModule(manifest, source, uri, batch_size=config.batch_size, num_workers=num_workers,
@@ -301,6 +289,10 @@ def train(config: TrainConfig, *, settings: S3Settings | None = None, out: TextI
     precision = config.precision or default_precision(config.accelerator)
     num_workers = default_num_workers() if config.num_workers is None else config.num_workers
     decode = resolve_decode(config.decode, config.accelerator)
+    if num_workers:  # the workers' decoder and tar walk import while the source mounts and the model is built
+        from mountctl.pytorch.data.datasets.worker_imports import start_worker_imports
+
+        start_worker_imports()
     import lightning
     import torch
 
@@ -313,12 +305,10 @@ def train(config: TrainConfig, *, settings: S3Settings | None = None, out: TextI
     lightning.seed_everything(config.seed, verbose=False)
 
     # worker_tempdir: the DataLoader workers' pymp-* directories are one, and removed even when a run is cut short.
-    with worker_tempdir(), open_source(config.source_kind, dataset.uri, settings, backend=config.backend, mount_dir=config.mount_dir,
-                     cache=config.cache, cache_dir=config.cache_dir, cache_size_mb=config.cache_size_mb,
-                     read_ahead=config.read_ahead, dataset_bytes=manifest.total_bytes,
-                     readers=max(1, num_workers), from_index=config.from_index, manifest=manifest,
-                     whole_files=not config.random_access, per_file=manifest.layout == "files"
-                     ) as source:
+    with worker_tempdir(), open_source(config.source_kind, dataset.uri, settings, mountpoint=config.mountpoint,
+                                       dataset_bytes=manifest.total_bytes, readers=max(1, num_workers),
+                                       manifest=manifest, whole_files=not config.random_access,
+                                       per_file=manifest.layout == "files") as source:
         monitor = ThroughputMonitor(manifest.num_images, warmup_batches=config.warmup_batches)
         data_wait = DataWaitMonitor(config.source_kind, threshold=config.data_wait_threshold,
                                     warmup_batches=config.warmup_batches, metrics_port=config.metrics_port)
@@ -346,6 +336,10 @@ def train(config: TrainConfig, *, settings: S3Settings | None = None, out: TextI
             model = model.to(memory_format=torch.channels_last)
         data = _datamodule(config, manifest, dataset.uri, source, num_workers, trainer.strategy.root_device.type == "cuda",
                            decode)
+        if num_workers:
+            from mountctl.pytorch.data.datasets.worker_imports import import_worker_modules
+
+            import_worker_modules()  # done before anything forks (Lightning's launcher may)
         trainer.fit(model, datamodule=data, ckpt_path=resume_from, weights_only=True)
         summary = _summary(config, manifest, trainer, source, monitor, num_workers=num_workers,
                            precision=precision, decode=decode, resumed_from=resume_from,

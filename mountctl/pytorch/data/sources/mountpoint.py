@@ -11,14 +11,25 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, BinaryIO, TypeVar
 
-from mountctl import ObjectChanged, S3Settings, VersionPin, open_resilient, parse_s3_uri, s3
-from mountctl.pytorch.data.sources.next_shards import NextShards, shards_in_memory
+from mountctl import (
+    BACKEND_NAMES,
+    InvalidSpec,
+    ObjectChanged,
+    S3Settings,
+    VersionPin,
+    get_backend,
+    open_resilient,
+    parse_s3_uri,
+    s3,
+)
+from mountctl.pytorch.data.read_ahead.next_shards import InMemoryAhead, NextShards
+from mountctl.pytorch.data.read_ahead.policy import ReadAhead, choose_read_ahead
 from mountctl.pytorch.data.sources.pins import shard_pins
 from mountctl.pytorch.data.sources.reader_state import PerProcessState
 from mountctl.pytorch.data.sources.refreshing import Credentials
 
-__all__ = ["MountpointSource", "mountpoint_source", "FileReader", "add_mountpoint_arguments", "mountpoint_options",
-           "memory_bound_mb", "check_from_index"]
+__all__ = ["MountpointOptions", "MountpointSource", "mountpoint_source", "FileReader", "add_mountpoint_arguments",
+           "memory_bound_mb"]
 
 T = TypeVar("T")
 
@@ -181,6 +192,14 @@ class FileReader(PerProcessState):
                 os.close(fd)
 
 
+def _readers_in_this_rank() -> int:
+    """The readers of this rank: its DataLoader's workers, seen from one of them; 1 outside a worker."""
+    from torch.utils.data import get_worker_info
+
+    info = get_worker_info()
+    return 1 if info is None else max(1, info.num_workers)
+
+
 def _check_at_open(pin: VersionPin, path: str) -> None:
     """A new descriptor reads the pinned version: another ETag fails; a store that does not answer passes
     (as the first open of a shard does: a reread after a failure asks again and waits for the store)."""
@@ -204,24 +223,33 @@ class MountpointSource:
     kind: str = "mountpoint"
     cache_dir: str | None = None  # where the mount's data cache lives; None: no cache
     cache_size_mb: int | None = None
-    read_ahead_dir: str | None = None  # the node's record of claimed shards; None: no read-ahead
-    shards_ahead: int = 2
-    warm_slots: int = 2  # shards warmed at once on the node (readahead.warm_slots)
-    in_memory_ahead: int = 0  # next shards each reader reads into memory while decoding (next_shards.py); 0: none
+    read_ahead_dir: str | None = None  # the node's record of claimed shards, for the warmer into the cache
+    read_ahead: ReadAhead | None = None  # what choose_read_ahead decided for the run; None: nothing reads ahead
 
-    def open_shards(self, names: Sequence[str], etags: Sequence[str | None] | None = None
-                    ) -> Iterator[tuple[str, BinaryIO]]:
+    def in_memory_plan(self) -> InMemoryAhead:
+        """How far this process reads ahead into memory (the policy's answer for its rank's readers)."""
+        if self.read_ahead is None:
+            return InMemoryAhead(0, 0)
+        return self.read_ahead.in_memory_plan(_readers_in_this_rank())
+
+    reads_ahead = True  # open_shards takes ``ends``: a shard read ahead is held only as far as its reader reads
+
+    def open_shards(self, names: Sequence[str], etags: Sequence[str | None] | None = None,
+                    ends: Sequence[int | None] | None = None) -> Iterator[tuple[str, BinaryIO]]:
         """The shards through the mount, each read at one version: ``etags`` (the index's, by name), else the
-        one S3 reports at the first open; a reopen (remount, outage) that finds another fails with ObjectChanged."""
-        from mountctl.pytorch.data.readahead import Warmer
+        one S3 reports at the first open; a reopen (remount, outage) that finds another fails with ObjectChanged.
+        ``ends``: how far into each shard its reader reads (``next_shards.bytes_for_samples``; None: to its end),
+        so that a worker's piece of a shard is read ahead, not the whole shard."""
+        from mountctl.pytorch.data.read_ahead.cache_warmer import ShardCacheWarmer
 
         location = parse_s3_uri(self.uri)
         store = _StoreQuestions(self.uri, self.settings)
         pins = shard_pins(str(location), names, etags, store.etag_now)
         warmer = None
-        if self.read_ahead_dir is not None:
-            warmer = Warmer(self.root, names, self.read_ahead_dir, shards_ahead=self.shards_ahead,
-                            slots=self.warm_slots).start()
+        if self.read_ahead is not None and self.read_ahead.into_cache and self.read_ahead_dir is not None:
+            warmer = ShardCacheWarmer(self.root, names, self.read_ahead_dir,
+                                      shards_ahead=self.read_ahead.shards_ahead,
+                                      slots=self.read_ahead.warm_slots).start()
 
         def open_one(index: int) -> BinaryIO:
             # open_resilient reopens and seeks back if the watchdog remounts under us, and
@@ -232,20 +260,25 @@ class MountpointSource:
             return open_resilient(os.path.join(self.root, names[index]), size_in_s3=store.size_now(names[index]),
                                   pin=pins[index])
 
-        shards = NextShards(names, open_one, ahead=self.in_memory_ahead)
+        plan = self.in_memory_plan()
+        limits = [plan.shard_bytes if end is None else min(plan.shard_bytes, end)
+                  for end in (ends if ends is not None else [None] * len(names))]
+        shards = NextShards(names, open_one, ahead=plan.shards, limits=limits)
         try:
             for index, (name, stream) in enumerate(shards):
                 if warmer is not None:
                     warmer.at(index)
                 yield name, stream
         finally:
+            shards.close()  # its threads stop now, not whenever the iteration is collected
             if warmer is not None:
                 warmer.stop()
 
     def describe(self) -> dict[str, Any]:
+        plan = self.in_memory_plan()
         return {"kind": self.kind, "path": self.root, "backend": self.backend, "mount_pid": self.mount_pid,
                 "cache_dir": self.cache_dir, "cache_size_mb": self.cache_size_mb,
-                "read_ahead": self.read_ahead_dir is not None, "in_memory_ahead": self.in_memory_ahead}
+                "read_ahead": self.read_ahead_dir is not None, "in_memory_ahead": plan.shards, "in_memory_bytes": plan.shard_bytes}
 
     def map_reader(self, names: Sequence[str], *, ranged: bool = False,
                    etags: Sequence[str | None] | None = None) -> FileReader:
@@ -254,27 +287,75 @@ class MountpointSource:
         return FileReader(self.root, tuple(names), self.uri, self.settings, None if etags is None else tuple(etags))
 
 
+@dataclass(frozen=True)
+class MountpointOptions:
+    """What a run asks of the mountpoint kind, and only of it: the mount program, where, its cache and read-ahead.
+
+    ``TrainConfig`` and ``BenchConfig`` hold one each and pass it to ``open_source`` as ``mountpoint=``; the other
+    kinds ignore it.  A new option of this kind is a field here (and, for the command line, a flag in
+    ``add_mountpoint_arguments`` and a line in ``from_args``).  Checked at construction, like ``MountSpec``.
+    """
+
+    backend: str = "auto"  # the mount program (BACKEND_NAMES); auto picks the best one installed
+    mount_dir: str | None = None  # None: one under $MOUNTCTL_HOME/mnt named after the request (shared)
+    cache: bool = True  # the mount's node-local data cache
+    cache_dir: str | None = None  # None: $MOUNTCTL_HOME/cache
+    cache_size_mb: int | None = None  # None: the dataset's size, at most half the free disk
+    # None (default): each reader reads its next shards into memory while it decodes, and a per-file dataset
+    # mounted from its index is warmed whole by mount-s3 when it fits; True warms each reader's next
+    # ``shards_ahead`` shards into the cache instead; False: none of these
+    read_ahead: bool | None = None
+    from_index: bool = False  # mount exactly the objects the run's index lists (mount-s3's manifest mount)
+    objects: str | None = None  # an object list made already (``index_mount.object_list_for``): mounted as it is
+    shards_ahead: int = 2  # with ``read_ahead=True``: each reader's next shards warmed into the cache
+    memory_mb: int | None = None  # the mount's memory bound; None: what the run's readers read at once
+
+    def __post_init__(self) -> None:
+        if self.backend not in BACKEND_NAMES:
+            raise InvalidSpec(f"unknown mount backend {self.backend!r}: choose one of {', '.join(BACKEND_NAMES)}")
+        if self.cache_size_mb is not None and self.cache_size_mb < 1:
+            raise InvalidSpec(f"--cache-size-mb must be positive, not {self.cache_size_mb}")
+        if self.from_index and self.backend != "auto" and not get_backend(self.backend).mounts_object_lists:
+            # refused at the dry run, not after the index had been loaded
+            raise InvalidSpec(f"--from-index mounts with mountctl's mount-s3 only: drop --backend {self.backend}, "
+                              "or drop --from-index")
+
+    def check_kind(self, source_kind: str) -> None:
+        """Refuse what only this kind can do, asked of another: ``--from-index`` was silently ignored for s3io and
+        fsspec.  (The other options only tune the mount, and another kind has none to tune.)"""
+        if self.from_index and source_kind != "mountpoint":
+            raise InvalidSpec(f"--from-index mounts the objects the index lists, which only --source-kind mountpoint "
+                              f"does: drop --from-index for --source-kind {source_kind}")
+
+    @classmethod
+    def from_args(cls, args: Any) -> MountpointOptions:
+        """The options a command line parsed: ``--backend`` and ``--mount-dir`` (each command adds its own) and
+        what ``add_mountpoint_arguments`` added."""
+        return cls(backend=args.backend, mount_dir=args.mount_dir, cache=args.cache, cache_dir=args.cache_dir,
+                   cache_size_mb=args.cache_size_mb, read_ahead=args.read_ahead, from_index=args.from_index)
+
+
 @contextlib.contextmanager
-def mountpoint_source(uri: str, settings: S3Settings, *, backend: str = "auto", mount_dir: str | None = None,
-                      cache: bool = True, cache_dir: str | None = None, cache_size_mb: int | None = None,
-                      read_ahead: bool | None = None, shards_ahead: int = 2, dataset_bytes: int | None = None,
-                      readers: int | None = None, memory_mb: int | None = None, objects: str | None = None,
-                      from_index: bool = False, manifest: Any = None, whole_files: bool = False,
-                      per_file: bool = False, **_: Any) -> Iterator[MountpointSource]:
-    """Mount ``uri`` read-only for the run; ranks on one node share the one mount.
+def mountpoint_source(uri: str, settings: S3Settings, *, mountpoint: MountpointOptions | None = None,
+                      dataset_bytes: int | None = None, readers: int | None = None, manifest: Any = None,
+                      whole_files: bool = False, per_file: bool = False) -> Iterator[MountpointSource]:
+    """Mount ``uri`` read-only for the run as ``mountpoint`` asks (its fields below; None: the defaults); ranks
+    on one node share the one mount.  The other keywords say what the run reads, as ``open_source`` passes them.
 
     The mount program gets exactly ``settings`` (endpoint, region, credentials), so this
     route reads what the other kinds read; ranks making the same request share one mount.
     With ``cache`` (the default) the program keeps what it read on the node's disk
     (``$MOUNTCTL_HOME/cache`` or ``cache_dir``; size: ``dataset_bytes``, at most half the
     free disk, or ``cache_size_mb``) for the mount's lifetime. Each reader reads its next shards into memory on
-    threads while it decodes (``read_ahead=None``, the default; ``next_shards.py``, 1 to 4 a reader by the node's
-    memory); ``read_ahead=True`` also warms its next ``shards_ahead`` shards into the cache, and ``False`` reads
-    each shard only at its turn (measured, docs/training.md "Read-ahead").  Pass ``dataset_bytes``
+    threads while it decodes (``read_ahead=None``, the default; ``next_shards.py``, 0 to 4 a reader, by the
+    node's ranks, readers and memory, ``budget.py``); ``read_ahead=True`` warms its next ``shards_ahead`` shards
+    into the cache instead (with no cache, none asked or no room for one on the disk, it changes nothing), and
+    ``False`` reads each shard only at its turn (measured, docs/training.md "Read-ahead").  Pass ``dataset_bytes``
     from the manifest: without it the size is one LIST of the objects directly under the prefix,
     which misses the files layout's ``train/<class>/`` objects.  ``readers`` (DataLoader workers
     per rank) bounds the program's memory to what the plan reads at once, for every rank on this
-    node (``LOCAL_WORLD_SIZE``); ``memory_mb`` sets the bound instead.  ``objects`` (an object list made from
+    node (``budget.ranks_on_node``: torchrun's or SLURM's count); ``memory_mb`` sets the bound instead. Without
+    ``readers`` each reader counts its DataLoader's workers itself, to size its read-ahead.  ``objects`` (an object list made from
     the dataset's index, ``index_mount.object_list_for``) mounts exactly those objects with mount-s3: no LIST or
     HEAD when a file is opened, each read pinned to the index's ETag; ``from_index`` makes that list from the
     run's ``manifest`` here, the one kind that mounts. ``whole_files``: the run reads each shard whole, front to
@@ -286,63 +367,47 @@ def mountpoint_source(uri: str, settings: S3Settings, *, backend: str = "auto", 
     1,000 files, ``tests/test_big_prefix.py``), while a list mount answers it from the list. Shards never get it.
     """
     import mountctl
-    from mountctl.pytorch.data.readahead import warm_slots
 
-    # Shards: the plan's read-ahead only when asked. Since a shard's first GET covers 16 MiB (``whole_files``) it no
-    # longer wins: a tie in three interleaved rounds on 16 MB shards, for a second pass through FUSE (docs/training.md).
-    plan_read_ahead = bool(read_ahead)
-    if from_index and objects is None:
-        from mountctl.pytorch.data.index_mount import object_list_for
+    asked = mountpoint or MountpointOptions()
+    objects = asked.objects
+    if asked.from_index and objects is None:
+        from mountctl.pytorch.data.index.index_mount import object_list_for
 
         objects = object_list_for(manifest, settings, uri)
-    warm = None if (per_file and objects is not None and read_ahead is not False) else "off"
     location = parse_s3_uri(uri)
     options: dict[str, Any] = {}
-    if cache:
+    if asked.cache:
         if dataset_bytes is None:
             dataset_bytes = sum(s3.list_object_sizes(s3.short_client(settings), location.bucket,
                                                      location.prefix).values())
-        options = mountctl.cache_options(dataset_bytes, cache_dir, cache_size_mb)
-    readers_on_node = max(1, readers or 1) * int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)
-    # Each reader's next shards read into memory while it decodes (next_shards.py): on by default, off with
-    # read_ahead=False. Each is a file open at once in the mount program, so the bound counts them.
-    in_memory_ahead = 0 if read_ahead is False else shards_in_memory(readers_on_node)
+        options = mountctl.cache_options(dataset_bytes, asked.cache_dir, asked.cache_size_mb)
+    # Shards: the plan's read-ahead into the cache only when asked. Since a shard's first GET covers 16 MiB
+    # (``whole_files``) it no longer wins: a tie on 16 MB shards, for a second pass through FUSE (docs/training.md).
+    # The policy is told of the cache the disk has room for (cache_options leaves it out when it has none).
+    ahead = choose_read_ahead(asked.read_ahead, cache="cache_dir" in options, per_file=per_file,
+                              listed=objects is not None, whole_files=whole_files, readers=readers,
+                              shards_ahead=asked.shards_ahead)
+    memory_mb = asked.memory_mb
     if memory_mb is None and readers is not None:
-        memory_mb = memory_bound_mb(readers_on_node,
-                                    in_memory_ahead + (shards_ahead if plan_read_ahead and cache else 0))
+        # each shard read ahead is a file open at once in the mount program, so the bound counts them
+        memory_mb = memory_bound_mb(ahead.readers_on_node, ahead.open_ahead())
     if memory_mb is not None:
         options["memory_mb"] = memory_mb
     if objects is not None:
         options["objects"] = objects
-    if whole_files:
+    if ahead.whole_files:
         options["whole_files"] = True
-    options["warm"] = warm
-    with mountctl.mount(uri, mount_dir, backend=backend, settings=settings, **options) as mounted:
+    options["warm"] = ahead.mount_warm
+    with mountctl.mount(uri, asked.mount_dir, backend=asked.backend, settings=settings, **options) as mounted:
         record = None
-        if plan_read_ahead and "cache_dir" in options:
+        if ahead.into_cache:
             record = os.path.join(mountctl.mount_cache_dir(options["cache_dir"], mounted.path), "read-ahead")
             os.makedirs(record, mode=0o700, exist_ok=True)
         cache_in_use = mounted.cache or {}  # what the program runs with, which may differ from what was asked
         yield MountpointSource(root=mounted.path, backend=mounted.backend, mount_pid=mounted.pid,
                                uri=str(location), settings=settings, cache_dir=cache_in_use.get("cache_dir"),
                                cache_size_mb=cache_in_use.get("cache_size_mb"), read_ahead_dir=record,
-                               shards_ahead=shards_ahead, warm_slots=warm_slots(readers_on_node),
-                               in_memory_ahead=in_memory_ahead)
-
-
-def check_from_index(source_kind: str, backend: str, from_index: bool) -> None:
-    """Refuse ``--from-index`` where it cannot apply, at the dry run: it was silently ignored for s3io and fsspec,
-    and refused for rclone or s3fs only after the index had been loaded."""
-    from mountctl import InvalidSpec
-
-    if not from_index:
-        return
-    if source_kind != "mountpoint":
-        raise InvalidSpec(f"--from-index mounts the objects the index lists, which only --source-kind mountpoint "
-                          f"does: drop --from-index for --source-kind {source_kind}")
-    if backend not in ("auto", "mount-s3"):
-        raise InvalidSpec(f"--from-index mounts with mountctl's mount-s3 only: drop --backend {backend}, or drop "
-                          "--from-index")
+                               read_ahead=ahead)
 
 
 def add_mountpoint_arguments(parser: Any) -> None:
@@ -356,15 +421,9 @@ def add_mountpoint_arguments(parser: Any) -> None:
                         "half the free disk)")
     parser.add_argument("--read-ahead", action=argparse.BooleanOptionalAction, default=None,
                         help="mountpoint kind: by default each reader reads its next shards into memory while it "
-                        "decodes (1 to 4 a reader, by the node's memory); --read-ahead also warms its next 2 shards "
-                        "into the cache (it ties, docs/training.md); --no-read-ahead reads each shard only when its "
+                        "decodes (up to 4 a reader, by the node's readers and memory); --read-ahead warms its next 2 "
+                        "shards into the cache instead (it ties, docs/training.md); --no-read-ahead reads each shard only when its "
                         "turn comes, and turns off mount-s3's warm of a per-file dataset mounted --from-index")
     parser.add_argument("--from-index", action=argparse.BooleanOptionalAction, default=False,
                         help="mountpoint kind: mount exactly the objects the dataset's index lists, with mountctl's "
                         "mount-s3: no LIST or HEAD per open, each read pinned to the indexed ETag (default off)")
-
-
-def mountpoint_options(args: Any) -> dict[str, Any]:
-    """The options ``add_mountpoint_arguments`` parsed, as config fields / opener keywords."""
-    return {"cache": args.cache, "cache_dir": args.cache_dir, "cache_size_mb": args.cache_size_mb,
-            "read_ahead": args.read_ahead, "from_index": args.from_index}

@@ -21,19 +21,22 @@ __all__ = ["S3IOSource", "s3io_source", "S3MapReader"]
 class S3MapReader(PerProcessState):
     """Map-style reads through s3torchconnector's client (one per process, made on first use).
 
-    Whole objects through its sequential reader; ranges (``ranged``) through its range-based reader
-    with no buffer, so each read is one ranged GET of exactly the sample's bytes.
+    Whole objects through the connector's sequential reader.  Each is checked once per process, at its first read
+    there: one HEAD after its bytes, compared with the index's ETag (``etags``); its ETag and size are then handed
+    to the connector with every later read, so a whole object costs one GET.  An object replaced after a
+    process's first read of it is read whole at its new version by that process (a new worker, epoch or run
+    checks again): one version, never two.
 
-    Each object's version is checked once per process, at its first read there: one HEAD, compared with the
-    index's ETag (``etags``).  Its ETag and size are then handed to the connector with every later read, so that
-    its range reader does not send a HEAD of its own to learn the size: a sample costs one GET.  An object
-    replaced after a process's first read of it is not seen by that process (a new worker, epoch or run checks
-    again); the connector's GET takes no ``If-Match`` that would refuse it.
+    Ranges (``ranged``: samples inside a shard) are pinned on every read, because a range of a replaced shard at
+    the old offsets is garbage: each is one ranged GET carrying ``If-Match`` with the ETag the index names (else
+    the one the process's first read of the shard met), and S3's 412 becomes ``ObjectChanged``.  The connector's
+    range reader (``MountpointS3Client.get_object(bucket, key, start, end)`` in s3torchconnector 1.5) takes no
+    ``If-Match``, so ranges go through boto3's ``get_object(IfMatch=..., Range=...)``: one GET, no HEAD.
     """
 
     uris: tuple[str, ...]
     settings: S3Settings
-    ranged: bool = False
+    ranged: bool = False  # the reads say it too: a range is asked for with an offset and a length
     etags: tuple[str | None, ...] | None = None  # the index's, by object: a read of another version is refused
     dataset_uri: str = ""  # s3://bucket/prefix/: what the refusal says to re-index
 
@@ -41,36 +44,51 @@ class S3MapReader(PerProcessState):
         self._credentials = Credentials(self.settings, "s3io")
         self._pid = 0
         self._known: dict[int, Any] = {}  # object -> its ETag and size as this process checked them (the connector's)
+        self._pins: dict[int, VersionPin] = {}  # object -> the version this process's ranges are read at
 
     def _mine(self) -> None:
         """After fork the parent's clients and checks are not this process's."""
         if self._pid != os.getpid():
-            self._credentials, self._pid, self._known = Credentials(self.settings, "s3io"), os.getpid(), {}
+            self._credentials, self._pid, self._known, self._pins = (Credentials(self.settings, "s3io"),
+                                                                     os.getpid(), {}, {})
 
     def read(self, j: int, offset: int | None = None, length: int | None = None) -> bytes:
         self._mine()
+        if offset is not None and length is not None:
+            return self._credentials.call(self.uris[j], lambda: self._range(j, offset, length))
         known = self._known.get(j)
-        pinned = self.etags is not None and self.etags[j] is not None
-        if known is None and offset is not None:
-            # A range needs the size first: one HEAD gives it and the version, and no GET of this process has
-            # read the object yet.
-            known = self._known[j] = self._head(j)
-        data = self._credentials.call(self.uris[j], lambda: self._get(j, known, offset, length))
+        data = self._credentials.call(self.uris[j], lambda: self._get(j, known))
         if known is None:
             # A whole object's first read: the HEAD comes after its bytes, so a version replaced before or during
-            # the read is seen (an index built with ``--read headers`` has no CRC that would catch it).
+            # the read is seen.
+            pinned = self.etags is not None and self.etags[j] is not None
             self._known[j] = self._head(j) if pinned else _object_info(None, len(data))
         return data
 
-    def _get(self, j: int, known: Any, offset: int | None, length: int | None) -> bytes:
+    def _range(self, j: int, offset: int, length: int) -> bytes:
+        if length <= 0:
+            return b""
+        pin = self._pins.get(j)
+        if pin is None:  # setdefault: threads that race here share one pin
+            pin = self._pins.setdefault(j, VersionPin(self.uris[j], self.etags[j] if self.etags else None,
+                                                      remedy=reindex_hint(self.dataset_uri)))
+        bucket, _, key = self.uris[j][len("s3://"):].partition("/")
+        try:
+            data, etag = s3.read_range(self._credentials.client("range", s3.client), bucket, key, offset, length,
+                                    if_match=pin.if_match)
+        except Exception as exc:
+            if s3.is_precondition_failed(exc):
+                raise pin.changed() from None
+            raise
+        pin.check(etag)  # pins the first read's version; refuses another from a store that ignores If-Match
+        return data
+
+    def _get(self, j: int, known: Any) -> bytes:
         bucket, _, key = self.uris[j][len("s3://"):].partition("/")
         client = self._credentials.client("map", _connector_client)
-        reader = client.get_object(bucket, key, object_info=known, reader_constructor=_reader_constructor(self.ranged))
+        reader = client.get_object(bucket, key, object_info=known, reader_constructor=_sequential_reader())
         try:
-            if offset is None or length is None:
-                return bytes(reader.read())
-            reader.seek(offset)
-            return bytes(reader.read(length))
+            return bytes(reader.read())
         finally:
             reader.close()
 
@@ -100,10 +118,10 @@ def _connector_client(settings: S3Settings) -> Any:
     return S3Client(options["region"], endpoint=options["endpoint"], s3client_config=options["s3client_config"])
 
 
-def _reader_constructor(ranged: bool) -> Any:
+def _sequential_reader() -> Any:
     from s3torchconnector import S3ReaderConstructor
 
-    return S3ReaderConstructor.range_based(buffer_size=0) if ranged else S3ReaderConstructor.sequential()
+    return S3ReaderConstructor.sequential()
 
 
 @dataclass(frozen=True)
@@ -122,10 +140,10 @@ def _object_info(etag: str | None, size: int) -> _ObjectInfo:
     return _ObjectInfo(f'"{etag}"' if etag else "", size)
 
 
-def _map_dataset(uris: Sequence[str], settings: S3Settings, ranged: bool) -> Any:
+def _map_dataset(uris: Sequence[str], settings: S3Settings) -> Any:
     from s3torchconnector import S3MapDataset
 
-    dataset = S3MapDataset.from_objects(list(uris), reader_constructor=_reader_constructor(ranged),
+    dataset = S3MapDataset.from_objects(list(uris), reader_constructor=_sequential_reader(),
                                         **settings.s3torch_options())
     len(dataset)  # resolves the object list once, before threads share it
     return dataset
@@ -158,7 +176,7 @@ class S3IOSource:
         pins = shard_pins(self.uri, names, etags, etag_now)
         for index, name in enumerate(names):
             def open_at(offset: int, index: int = index, pin: VersionPin = pins[index]) -> BinaryIO:
-                reader = credentials.client("objects", lambda settings: _map_dataset(uris, settings, False))[index]
+                reader = credentials.client("objects", lambda settings: _map_dataset(uris, settings))[index]
                 try:
                     reader.prefetch()  # the GET starts before the HEAD: an object replaced in between reads as changed
                     if not pin.verify():

@@ -126,7 +126,8 @@ def test_an_s3_outage_shorter_than_the_bound_is_waited_out_and_reported(backend,
                 assert "store-answering" in events and m.restarts == restarts_before, (round_, events, err)
                 said = "the watchdog: store-unreachable, then store-answering, no remount"
             else:
-                assert len(stalled) == 1 and len(resumed) == 1, f"round {round_}: expected one line each:\n{err}"
+                assert len(stalled) == 1 and len(resumed) == 1, \
+                    f"round {round_}: expected one line each (events {events}, remounts {m.restarts}):\n{err}"
                 said = resumed[0]
             print(f"\n[S3 outage {backend} round {round_}] {outage:.1f}s down; reader done "
                   f"{time.monotonic() - back:.1f}s after the store was back; remounts {m.restarts}; {said}; "

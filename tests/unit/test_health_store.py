@@ -153,15 +153,16 @@ class _Mount:
         state = self.states.pop(0) if len(self.states) > 1 else self.states[0]
         return Health(state, error=f"{state} here")  # type: ignore[arg-type]
 
-    def recover(self) -> None:
+    def recover(self) -> None:  # a remount answers at once: the unresponsive checks still queued are over
         self.restarts += 1
+        self.states = [state for state in self.states if state != "unresponsive"] or ["healthy"]
 
     def report(self, kind: str, detail: str) -> None:
         self.events.append((kind, detail))
 
 
-def _watch(mount: _Mount) -> list[str]:
-    dog = Watchdog(mount, interval_s=0.01, first_backoff_s=0.01)
+def _watch(mount: _Mount, store_settle_s: float = 0.0) -> list[str]:
+    dog = Watchdog(mount, interval_s=0.01, first_backoff_s=0.01, store_settle_s=store_settle_s)
     dog.start()
     assert mount.done.wait(timeout=20), mount.events
     time.sleep(0.05)
@@ -178,8 +179,34 @@ def test_the_watchdog_waits_for_a_store_that_does_not_answer_and_says_so_once_ea
     assert [r.getMessage() for r in caplog.records] == ["store-unreachable here"]
 
 
-def test_once_the_store_answers_a_mount_that_still_does_not_is_remounted():
-    mount = _Mount(["store-unreachable"] * 3 + ["unresponsive", "healthy"])
-    kinds = _watch(mount)
+def test_once_the_store_answers_a_mount_that_still_does_not_is_remounted_after_its_settle_time():
+    mount = _Mount(["store-unreachable"] * 3 + ["unresponsive"] * 30 + ["healthy"])
+    kinds = _watch(mount, store_settle_s=0.1)  # 30 checks 0.01 s apart: past the settle time
     assert kinds == ["store-unreachable", "store-answering", "unresponsive"], kinds
+    assert mount.restarts == 1
+    assert "given 0.1s to resume by itself" in mount.events[1][1], mount.events[1]
+
+
+def test_a_mount_that_resumes_within_its_settle_time_after_the_store_answers_is_not_remounted():
+    # What the outage test met: after the store came back, mount-s3 answered no probe for a few seconds (its
+    # requests waiting out their retry backoff), was remounted, and the reader that had just resumed stalled again.
+    mount = _Mount(["store-unreachable"] * 3 + ["unresponsive"] * 5 + ["busy", "healthy"])
+    kinds = _watch(mount, store_settle_s=30.0)
+    assert kinds == ["store-unreachable", "store-answering", "busy"], kinds
+    assert mount.restarts == 0
+
+
+def test_a_mount_busy_when_its_store_answers_again_starts_the_settle_time_too():
+    # The outage test met this order as well: busy at the first check after the store came back (said as busy,
+    # and the store's answer went unsaid), then unresponsive at the next, and a remount at once.
+    mount = _Mount(["store-unreachable"] * 3 + ["busy", "unresponsive", "unresponsive", "healthy"])
+    kinds = _watch(mount, store_settle_s=30.0)
+    assert kinds == ["store-unreachable", "store-answering", "busy"], kinds
+    assert mount.restarts == 0
+
+
+def test_an_unresponsive_mount_with_no_outage_before_it_is_remounted_at_once():
+    mount = _Mount(["healthy", "unresponsive", "healthy"])
+    kinds = _watch(mount, store_settle_s=30.0)
+    assert kinds == ["unresponsive"], kinds
     assert mount.restarts == 1

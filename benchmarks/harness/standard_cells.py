@@ -105,14 +105,17 @@ def _collate(items: list[tuple[Any, int]]) -> tuple[list[Any], list[int]]:
     return [image for image, _ in items], [label for _, label in items]
 
 
-def shuffled_loader(dataset: Any, workers: int, batch: int, *, read_ahead: bool = False) -> Any:
-    """``DataLoader(shuffle=True)`` as users write it, or with ``ReadAheadSampler`` over the same shuffle."""
+def shuffled_loader(dataset: Any, workers: int, batch: int, *, read_ahead: bool = False,
+                    read_ahead_threads: int | None = None) -> Any:
+    """``DataLoader(shuffle=True)`` as users write it, or with ``ReadAheadSampler`` over the same shuffle
+    (``read_ahead_threads``: its reads in flight, else its default)."""
     from torch.utils.data import DataLoader, RandomSampler
 
     from mountctl.pytorch import ReadAheadSampler
 
-    order: dict[str, Any] = {"sampler": ReadAheadSampler(dataset, RandomSampler(dataset))} if read_ahead \
-        else {"shuffle": True}
+    threads: dict[str, Any] = {"threads": read_ahead_threads} if read_ahead_threads else {}
+    order: dict[str, Any] = {"sampler": ReadAheadSampler(dataset, RandomSampler(dataset), **threads)} \
+        if read_ahead else {"shuffle": True}
     return DataLoader(dataset, batch_size=batch, num_workers=workers, collate_fn=_collate,
                       persistent_workers=workers > 0, timeout=300 if workers else 0, **order)
 

@@ -7,7 +7,8 @@ Starts its own SeaweedFS behind the far-store proxy (20 ms per request, 50 MB/s 
 writes an ImageNet-shaped tree (``train/<class>/<n>.JPEG``, 224 px).  Each route then reads two
 epochs with a torch DataLoader (shuffle, decode to a tensor, the same workers and batch): torchvision's
 ``ImageFolder`` over a fresh mount of each program with its cache (with and without a warm started
-beside the loader, as ``mountctl mount --warm`` does; ``--max-threads N``: mount-s3 with N FUSE threads), and
+beside the loader, as ``mountctl mount --warm`` does; ``--max-threads N``: mount-s3 with N FUSE threads;
+``--sampler-threads N``: mount-s3 through ``ReadAheadSampler`` with N reads in flight), and
 ``S3MapDataset`` over the same objects.
 Prints time to first batch and samples/s over each whole epoch, and the load average.
 """
@@ -68,6 +69,8 @@ def main() -> None:
     parser.add_argument("--no-warm-routes", action="store_true", help="only the mounts without a warm beside them")
     parser.add_argument("--max-threads", type=int, action="append", default=[],
                         help="mount-s3's --max-threads (FUSE threads; 16 by default): one mount-s3 route per value")
+    parser.add_argument("--sampler-threads", type=int, action="append", default=[],
+                        help="ReadAheadSampler's threads (reads in flight): one mount-s3 route through it per value")
     args = parser.parse_args()
     import torchvision  # noqa: F401  (once in the parent, not in every worker: see DESIGN.md)
     from torchvision.datasets import ImageFolder
@@ -85,16 +88,19 @@ def main() -> None:
             os.environ["AWS_ENDPOINT_URL"] = endpoint
             for round_ in range(args.rounds):
                 warms = (False,) if args.no_warm_routes else (False, True)
-                routes: list[tuple[str, str | None, bool, tuple[str, ...]]] = [
-                    (f"ImageFolder, mount {backend}{' + warm' if warm_first else ''}", backend, warm_first, ())
+                # (label, program, warm beside, its flags, ReadAheadSampler threads: 0 for --sampler's default)
+                routes: list[tuple[str, str | None, bool, tuple[str, ...], int]] = [
+                    (f"ImageFolder, mount {backend}{' + warm' if warm_first else ''}", backend, warm_first, (), 0)
                     for backend in args.backend or ["rclone", "s3fs"] for warm_first in warms]
                 routes += [(f"ImageFolder, mount mount-s3 --max-threads {n}", "mount-s3", False,
-                            ("--max-threads", str(n))) for n in args.max_threads]
-                routes.append(("S3MapDataset (s3torchconnector)", None, False, ()))
-                routes.append(("ImageFolder, local disk", "local", False, ()))
+                            ("--max-threads", str(n)), 0) for n in args.max_threads]
+                routes += [(f"ImageFolder + ReadAheadSampler(threads={n}), mount mount-s3", "mount-s3", False, (), n)
+                           for n in args.sampler_threads]
+                routes.append(("S3MapDataset (s3torchconnector)", None, False, (), 0))
+                routes.append(("ImageFolder, local disk", "local", False, (), 0))
                 if round_ % 2:
                     routes.reverse()
-                for label, backend, warm_first, flags in routes:
+                for label, backend, warm_first, flags, sampler_threads in routes:
                     warm_s = ""
                     if backend == "local":
                         figures = epochs(lambda: shuffled_loader(ImageFolder(local, loader=read_image),
@@ -111,8 +117,9 @@ def main() -> None:
                             root = os.path.join(mount.path, "train")
                             warmer = Warmer(mount.path).start() if warm_first else None  # beside the loader
                             folder = ImageFolder(root, loader=read_image)
-                            figures = epochs(lambda d=folder: shuffled_loader(d, args.workers, args.batch,
-                                                                              read_ahead=args.sampler))
+                            figures = epochs(lambda d=folder, n=sampler_threads: shuffled_loader(
+                                d, args.workers, args.batch, read_ahead=args.sampler or n > 0,
+                                read_ahead_threads=n or None))
                             if warmer is not None:
                                 warm_s = f" (warm: {warmer.wait().summary()})"
                     print(f"{label}: " + ", ".join(f"epoch {e + 1}: first batch {f['first_batch_s']}s, "

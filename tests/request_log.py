@@ -58,6 +58,10 @@ class LoggedStore:
                 counts[method] += 1
         return counts
 
+    def lines_since(self, mark: int) -> list[str]:
+        """The log's lines since ``mark`` (``METHOD URI STATUS ...``), every request to the store."""
+        return self._lines()[mark:self.mark()]
+
     def gets_by_name(self, mark: int) -> dict[str, list[int]]:
         """The HTTP status of every GET of each dataset file since ``mark``, by file name."""
         found: dict[str, list[int]] = collections.defaultdict(list)

@@ -2,7 +2,8 @@
 
 Real mountctl mount-s3 (our build: where /work/h7/bin or .venv/libexec holds it), real nginx logging every request
 in front of the server (tests/request_log.py). A reader that reads a listed directory's files in order gets the
-next files fetched ahead, and each object is still fetched once; a replaced object is never served from memory;
+next files fetched ahead, and each object is still fetched once (so does one that opens them by name, with one
+listing of the directory by mount-s3 for its order); a replaced object is never served from memory;
 kill -9 of mount-s3 mid-read loses nothing but the memory.
 """
 
@@ -12,6 +13,7 @@ import errno
 import os
 import signal
 import time
+import urllib.parse
 
 import pytest
 
@@ -75,6 +77,31 @@ def test_reading_a_listed_directory_in_order_fetches_ahead_and_each_object_once(
         sent = store.since(before)
     print(f"\n[read ahead] {after_first} GETs once the first file was read; {dict(sent)} for {FILES} files")
     assert sent["GET"] == FILES, sent  # no object fetched twice
+
+
+def test_a_reader_that_opens_files_by_name_without_listing_gets_them_read_ahead_too(store, contents, mount_root):
+    # A list of paths, an index, `shard-{000..099}.tar`: no readdir, a lookup per file. mount-s3 lists the
+    # directory once at the first file it finds, so the reads in that order are read ahead all the same.
+    with mountctl.mount(store.uri, str(mount_root / "m"), backend="mount-s3", shared=False,
+                        settings=store.settings) as mounted:
+        before = store.mark()
+        for name in store.names[:2]:  # the first read may come before the listing is in; the second follows it
+            assert _read(os.path.join(mounted.path, name)) == contents[name], name
+        store.settle(before, "GET", 3)
+        after_two = store.since(before)
+        assert after_two["GET"] > 2, f"reading two files by name fetched nothing ahead: {dict(after_two)}"
+        for name in store.names[2:]:
+            assert _read(os.path.join(mounted.path, name)) == contents[name], name
+        store.settle(before, "GET", FILES)
+        sent = store.since(before)
+        # The lookups list one name each (prefix=PREFIX/NAME/, max-keys=1); a listing of the directory has
+        # the prefix itself.
+        itself = "&prefix=" + urllib.parse.quote(PREFIX, safe="")
+        directory = [line for line in store.lines_since(before) if line.split(" ")[1].endswith(itself)]
+    print(f"\n[read ahead by name] {dict(after_two)} after two files; {dict(sent)} for {FILES} files; "
+          f"{len(directory)} listing of the directory")
+    assert sent["GET"] == FILES, sent  # no object fetched twice
+    assert len(directory) == 1, directory  # listed once, for its order
 
 
 def test_an_object_replaced_after_it_was_fetched_ahead_is_read_new(store, contents, mount_root):

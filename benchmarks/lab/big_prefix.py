@@ -210,9 +210,11 @@ def train_route(route: Route, uri: str, index: str, env: dict[str, str], request
             "requests_whole_run": tally(lines, bucket, prefix)}
 
 
-# Mount programs that look a name up by reading its whole folder, and keep that listing for the metadata TTL:
-# one pass over a folder per mount, shared by every rank and worker of the node.  s3fs and mount-s3 send a HEAD.
-FOLDER_READERS = frozenset({"rclone"})
+# Mount programs that list a folder of their own accord, once per mount, shared by every rank and worker of the
+# node: rclone looks a name up by reading its whole folder (kept for the metadata TTL); mountctl's mount-s3 sends a
+# HEAD per lookup and lists a folder once, at the first file found in it, for its read-ahead across files. s3fs
+# sends a HEAD only.
+FOLDER_READERS = frozenset({"rclone", "mount-s3"})
 
 
 def allowed_passes(route: Route, layout: str) -> int:

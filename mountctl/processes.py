@@ -14,8 +14,8 @@ import sys
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-__all__ = ["process_identity", "process_alive", "pid_running", "kill_group", "paths_in_use", "CHILD_CWD",
-           "python_module_argv", "python_child_env"]
+__all__ = ["process_identity", "process_alive", "same_process", "start_ticks", "pid_running", "kill_group",
+           "paths_in_use", "CHILD_CWD", "python_module_argv", "python_child_env"]
 
 # Where a Python child of ours runs.  `python -m` puts its working directory first on sys.path, so started from
 # the caller's (/tmp, a shared scratch folder) a `mountctl/` package that another user planted there would run
@@ -23,11 +23,37 @@ __all__ = ["process_identity", "process_alive", "pid_running", "kill_group", "pa
 CHILD_CWD = "/"
 
 
+def start_ticks(pid: int) -> int | None:
+    """When ``pid`` started, in clock ticks after boot (``/proc/PID/stat``, field 22); None where unreadable.
+
+    psutil's ``create_time`` adds these ticks to a boot time that the kernel derives from the wall clock, so it
+    moves when the clock is stepped (an NTP correction of 33 s was seen mid-bench): a live process then read as
+    gone, and a local S3 server whose run ended was left running. The ticks do not move.
+    """
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rpartition(b")")[2].split()  # the command name may hold spaces and parentheses
+        return int(fields[19])  # fields[0] is field 3 (the state)
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def process_identity(pid: int | None = None) -> dict[str, Any]:
     import psutil
 
     pid = os.getpid() if pid is None else pid
-    return {"pid": pid, "create_time": psutil.Process(pid).create_time()}
+    return {"pid": pid, "create_time": psutil.Process(pid).create_time(), "start_ticks": start_ticks(pid)}
+
+
+def same_process(process: Any, identity: Mapping[str, Any]) -> bool:
+    """``process`` (a ``psutil.Process``) is the one ``identity`` names: by its start in ticks after boot where
+    both are known, else by psutil's start time (an identity written before the ticks were recorded)."""
+    recorded = identity.get("start_ticks")
+    if recorded is not None:
+        now = start_ticks(process.pid)
+        if now is not None:
+            return bool(now == recorded)
+    return bool(process.create_time() == identity.get("create_time"))
 
 
 def process_alive(identity: dict[str, Any] | None) -> bool:
@@ -38,7 +64,7 @@ def process_alive(identity: dict[str, Any] | None) -> bool:
 
     try:
         process = psutil.Process(identity["pid"])
-        return process.create_time() == identity.get("create_time") and process.status() != psutil.STATUS_ZOMBIE
+        return same_process(process, identity) and process.status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
         return False
 

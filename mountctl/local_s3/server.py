@@ -36,6 +36,7 @@ from .. import paths
 from ..errors import LocalS3Error
 from ..logs import tail
 from ..paths import write_private_json
+from ..processes import same_process, start_ticks
 from ..programs import find_program
 from ..redaction import remember_secret
 from ..s3 import DEFAULT_REGION, S3Settings
@@ -260,7 +261,7 @@ class LocalS3:
             import psutil
 
             process = psutil.Process(server["pid"])
-            if process.create_time() != server.get("create_time") or process.status() == psutil.STATUS_ZOMBIE:
+            if not same_process(process, server) or process.status() == psutil.STATUS_ZOMBIE:
                 return None
         except Exception:  # psutil.NoSuchProcess, AccessDenied, a damaged file
             return None
@@ -443,7 +444,8 @@ class LocalS3:
                 raise LocalS3Error(f"the local S3 server exited at once (status {child.returncode}): "
                                    f"{self._log_tail() or 'it printed nothing'} (log: {self.log_path})") from None
             write_private_json(self._path("server.json"), {
-                "pid": child.pid, "create_time": create_time, "endpoint": endpoint,
+                "pid": child.pid, "create_time": create_time, "start_ticks": start_ticks(child.pid),
+                "endpoint": endpoint,
                 "ports": ports, "started_at": time.time()})
             self._wait_until_serving(child, timeout_s, endpoint)
             self._ensure_buckets(buckets, timeout_s)

@@ -260,7 +260,6 @@ def test_leaving_the_sources_shards_stops_the_threads_though_the_iteration_is_st
     """``open_shards`` left its inner iteration to reference counting: while anything still referred to it (a
     traceback, a debugger; here the test) its threads read on and its files stayed open. S3's answer to each
     open's version check is stood in for (this layer has no S3 server): the ETag the index names."""
-    from mountctl import S3Settings
     from mountctl.pytorch.data.sources import mountpoint
 
     names, _ = _files(tmp_path, [5 * MIB] * 4)
@@ -273,13 +272,7 @@ def test_leaving_the_sources_shards_stops_the_threads_though_the_iteration_is_st
             return iteration
 
     monkeypatch.setattr(mountpoint, "NextShards", Kept)
-    monkeypatch.setattr(mountpoint._StoreQuestions, "etag_now", lambda self, name: lambda: "e")
-    settings = S3Settings(endpoint_url="http://127.0.0.1:9", region="us-east-1", access_key_id="k",
-                          secret_access_key="s")
-    monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
-    source = mountpoint.MountpointSource(root=str(tmp_path), backend="mount-s3", mount_pid=None,
-                                         uri="s3://bucket/p/", settings=settings,
-                                         read_ahead=choose_read_ahead(None, cache=False, readers=1, memory=64 * MIB))
+    source = _mountpoint_source(tmp_path, monkeypatch, memory=64 * MIB)
     # one shard ahead, 2 MiB of it held: it stays open
     assert source.in_memory_plan() == InMemoryAhead(1, 2 * MIB)
     shards = source.open_shards(names, etags=["e"] * len(names))
@@ -288,6 +281,21 @@ def test_leaving_the_sources_shards_stops_the_threads_though_the_iteration_is_st
     shards.close()
     assert kept and _wait_until(lambda: not _ahead_threads(), timeout=5), _ahead_threads()
     assert open_fds_under(tmp_path) == [], "files were left open"
+
+
+def _mountpoint_source(tmp_path, monkeypatch, *, memory: int):
+    """A mountpoint source over the files under ``tmp_path``, one reader on a node of ``memory`` bytes; S3's
+    answer to each open's version check is stood in for (this layer has no S3 server)."""
+    from mountctl import S3Settings
+    from mountctl.pytorch.data.sources import mountpoint
+
+    monkeypatch.setattr(mountpoint._StoreQuestions, "etag_now", lambda self, name: lambda: "e")
+    settings = S3Settings(endpoint_url="http://127.0.0.1:9", region="us-east-1", access_key_id="k",
+                          secret_access_key="s")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
+    return mountpoint.MountpointSource(root=str(tmp_path), backend="mount-s3", mount_pid=None,
+                                       uri="s3://bucket/p/", settings=settings,
+                                       read_ahead=choose_read_ahead(None, cache=False, readers=1, memory=memory))
 
 
 def _position_of(path) -> int | None:
@@ -306,17 +314,9 @@ def test_a_workers_partial_shard_is_read_ahead_only_as_far_as_its_piece(tmp_path
     """The worker reads the first samples of shard 1 (its piece ends at 1 MiB of 6): the rest of the shard is
     not read ahead, yet is there if the reader asks for it. S3's answer to each open's version check is stood in
     for (this layer has no S3 server)."""
-    from mountctl import S3Settings
-    from mountctl.pytorch.data.sources import mountpoint
 
     names, data = _files(tmp_path, [6 * MIB] * 3)
-    monkeypatch.setattr(mountpoint._StoreQuestions, "etag_now", lambda self, name: lambda: "e")
-    settings = S3Settings(endpoint_url="http://127.0.0.1:9", region="us-east-1", access_key_id="k",
-                          secret_access_key="s")
-    monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
-    source = mountpoint.MountpointSource(root=str(tmp_path), backend="mount-s3", mount_pid=None,
-                                         uri="s3://bucket/p/", settings=settings,
-                                         read_ahead=choose_read_ahead(None, cache=False, readers=1, memory=24 * GIB))
+    source = _mountpoint_source(tmp_path, monkeypatch, memory=24 * GIB)
     shards = source.open_shards(names, etags=["e"] * 3, ends=[None, MIB, None])
     try:
         _, first = next(shards)

@@ -10,7 +10,10 @@ use std::path::Path;
 const NAMED_CRATE: &str = "mountpoint-s3-fs";
 
 fn main() {
-    let lock_path = Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.lock");
+    // Read when the script runs, not when it was compiled: a target directory shared between checkouts keeps a
+    // compiled script whose compile-time path may be another checkout's, or gone.
+    let manifest_dir = std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR for build scripts");
+    let lock_path = Path::new(&manifest_dir).join("Cargo.lock");
     println!("cargo:rerun-if-changed={}", lock_path.display());
     println!("cargo:rerun-if-changed=build.rs");
     let lock = std::fs::read_to_string(&lock_path)

@@ -11,6 +11,7 @@ import contextlib
 import dataclasses
 import os
 import time
+import urllib.parse
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -61,6 +62,12 @@ class LoggedStore:
     def lines_since(self, mark: int) -> list[str]:
         """The log's lines since ``mark`` (``METHOD URI STATUS ...``), every request to the store."""
         return self._lines()[mark:self.mark()]
+
+    def directory_listings(self, mark: int) -> list[str]:
+        """The listings of the dataset's directory itself since ``mark``: a lookup lists one name each
+        (``prefix=PREFIX/NAME/``, ``max-keys=1``), a listing of the directory has the prefix itself."""
+        itself = "&prefix=" + urllib.parse.quote(PREFIX, safe="")
+        return [line for line in self.lines_since(mark) if line.split(" ")[1].endswith(itself)]
 
     def gets_by_name(self, mark: int) -> dict[str, list[int]]:
         """The HTTP status of every GET of each dataset file since ``mark``, by file name."""

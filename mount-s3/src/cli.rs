@@ -230,6 +230,12 @@ pub struct CliArgs {
     #[arg(long, help_heading = MOUNTCTL)]
     pub no_read_ahead_files: bool,
 
+    /// Do not list a directory after the first file looked up in it by a reader that did not list it (by
+    /// default that listing answers the directory's later lookups for the metadata TTL, as after `ls`, and
+    /// gives the read-ahead across files its order)
+    #[arg(long, help_heading = MOUNTCTL)]
+    pub no_list_on_lookup: bool,
+
     /// How many of the next objects in listing order are read ahead [default: 8]
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=64), help_heading = MOUNTCTL)]
     pub read_ahead_files: Option<u64>,
@@ -501,6 +507,22 @@ impl CliArgs {
         config
     }
 
+    /// How long a directory listed after a lookup in it (list_on_lookup.rs) answers its later lookups: the
+    /// metadata TTL; forever where it is listed only for the read-ahead's order (`--metadata-ttl 0`); None where
+    /// nothing is listed (`--no-list-on-lookup`, or neither the metadata cache nor the read-ahead is on).
+    pub fn list_on_lookup(&self) -> Option<Duration> {
+        let cache = self.cache_config();
+        if self.no_list_on_lookup {
+            None
+        } else if cache.serve_lookup_from_cache {
+            Some(cache.file_ttl)
+        } else if !self.no_read_ahead_files {
+            Some(Duration::MAX)
+        } else {
+            None
+        }
+    }
+
     pub fn filesystem_config(&self, personality: S3Personality) -> S3FilesystemConfig {
         let mut config = S3FilesystemConfig {
             read_only: self.is_read_only(),
@@ -737,6 +759,15 @@ mod tests {
         assert_eq!(parse(&["--manifest", "/tmp/x.tsv"]).unwrap().keep_cache(), KeepCache::Pinned);
         let off = parse(&["--manifest", "/tmp/x.tsv", "--no-keep-cache"]).unwrap();
         assert_eq!(off.keep_cache(), KeepCache::Off);
+    }
+
+    #[test]
+    fn a_directory_is_listed_on_lookup_for_the_metadata_ttl_or_for_the_order_alone_or_not_at_all() {
+        let hour = Some(Duration::from_secs(3600));
+        assert_eq!(parse(&["--metadata-ttl", "3600"]).unwrap().list_on_lookup(), hour);
+        assert_eq!(parse(&["--metadata-ttl", "0"]).unwrap().list_on_lookup(), Some(Duration::MAX), "order only");
+        assert_eq!(parse(&["--metadata-ttl", "0", "--no-read-ahead-files"]).unwrap().list_on_lookup(), None);
+        assert_eq!(parse(&["--metadata-ttl", "3600", "--no-list-on-lookup"]).unwrap().list_on_lookup(), None);
     }
 
     #[test]

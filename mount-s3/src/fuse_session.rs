@@ -24,6 +24,7 @@ use mountpoint_s3_fs::{Runtime, S3Filesystem, S3FilesystemConfig};
 use crate::ahead::{AheadCache, ReadAhead};
 use crate::cli::CACHE_BLOCK_SIZE;
 use crate::keep_cache::{DropPages, KeepCache, KeepCacheFs, KernelLink};
+use crate::list_on_lookup::ListOnLookup;
 use crate::opened_versions::{OpenedVersions, Witnessed};
 
 /// Where and how to mount: the mount point, the options for the kernel, and the worker threads.
@@ -43,6 +44,8 @@ pub struct Parts<Client> {
     pub keep_cache: KeepCache,
     /// The read-ahead across files and the whole first GET (ahead/), and the bucket they read, when either is on.
     pub read_ahead: Option<(Arc<ReadAhead>, String)>,
+    /// A directory listed at the first file looked up in it (list_on_lookup.rs), when on.
+    pub list_on_lookup: Option<ListOnLookup>,
 }
 
 /// Builds the file system on `metablock` and mounts it; the session serves until unmounted or interrupted.
@@ -100,7 +103,7 @@ where
     let metablock = Witnessed::new(metablock, opened.clone());
     let fs = S3Filesystem::new(parts.client, prefetcher, parts.pool, parts.runtime, metablock, parts.filesystem);
     let kernel: KernelLink = Arc::new(OnceLock::new());
-    (KeepCacheFs::new(fs, opened, parts.keep_cache, kernel.clone(), from_start), kernel)
+    (KeepCacheFs::new(fs, opened, parts.keep_cache, kernel.clone(), from_start, parts.list_on_lookup), kernel)
 }
 
 /// Who may use a mount made on a FUSE descriptor someone else mounted: fuser's own rule for its mounts.

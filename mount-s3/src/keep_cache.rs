@@ -15,7 +15,9 @@
 //! A remount starts with no pages: they belong to the old FUSE connection's inodes, which the kernel drops with it.
 //!
 //! The adapter also sees each read's offset, which the crates' prefetcher keeps to itself: while a read at offset 0
-//! is answered, it tells the read-ahead that the handle's object is read from its start (ahead/first_get.rs).
+//! is answered, it tells the read-ahead that the handle's object is read from its start (ahead/first_get.rs). And
+//! once it has answered the lookup of a file in a directory nobody listed, it lists that directory, so that the
+//! next files' lookups there are answered from memory (list_on_lookup.rs).
 
 use std::collections::HashMap;
 use std::ffi::OsStr;
@@ -32,11 +34,12 @@ use fuser::{
 use futures::executor::block_on;
 use mountpoint_s3_client::ObjectClient;
 use mountpoint_s3_fs::S3Filesystem;
-use mountpoint_s3_fs::fs::{DirectoryEntry, DirectoryReplier, Error, InodeNo, Opened, ToErrno};
+use mountpoint_s3_fs::fs::{DirectoryEntry, DirectoryReplier, Entry, Error, InodeNo, Opened, ToErrno};
 use mountpoint_s3_fs::metrics::defs::{ATTR_FUSE_REQUEST, FUSE_IO_SIZE, FUSE_REQUEST_ERRORS};
 use time::OffsetDateTime;
 
 use crate::ahead::{FromStart, ReadAhead};
+use crate::list_on_lookup::ListOnLookup;
 use crate::opened_versions::{OpenedVersion, OpenedVersions};
 
 /// When the kernel may keep a file's pages across opens.
@@ -137,6 +140,7 @@ where
     pages: PageCache,
     kernel: KernelLink,
     from_start: Option<ReadsFromStart>,
+    listings: Option<ListOnLookup>,
 }
 
 /// With the whole first GET on: the read-ahead to tell of reads from offset 0, and each read handle's key.
@@ -156,9 +160,41 @@ where
         mode: KeepCache,
         kernel: KernelLink,
         from_start: Option<Arc<ReadAhead>>,
+        listings: Option<ListOnLookup>,
     ) -> Self {
         let from_start = from_start.map(|ahead| ReadsFromStart { ahead, keys: Mutex::default() });
-        Self { fs, opened, pages: PageCache::new(mode), kernel, from_start }
+        Self { fs, opened, pages: PageCache::new(mode), kernel, from_start, listings }
+    }
+
+    /// The crates' lookup (answered before [`Self::after_lookup`]).
+    pub async fn lookup(&self, parent: InodeNo, name: &OsStr) -> Result<Entry, Error> {
+        self.fs.lookup(parent, name).await
+    }
+
+    /// The crates' file system underneath.
+    #[cfg(test)]
+    pub(crate) fn crates(&self) -> &S3Filesystem<Client> {
+        &self.fs
+    }
+
+    /// After a lookup in `parent` was answered with `entry`: a file's directory is listed unless it needs none
+    /// (list_on_lookup.rs). The entries listed, 0 when nothing was.
+    pub async fn after_lookup(&self, parent: InodeNo, entry: &Entry) -> usize {
+        match &self.listings {
+            Some(listings) if entry.attr.kind == fuser::FileType::RegularFile => {
+                listings.after_file_lookup(&self.fs, parent).await
+            }
+            _ => 0,
+        }
+    }
+
+    /// The crates' opendir; a directory a reader lists needs no listing of ours.
+    pub async fn opendir(&self, ino: InodeNo, flags: i32) -> Result<Opened, Error> {
+        let opened = self.fs.opendir(ino, flags).await?;
+        if let Some(listings) = &self.listings {
+            listings.listed_by_reader(ino);
+        }
+        Ok(opened)
     }
 
     /// The crates' open, answered with [`PageCache::reply_flags`].
@@ -275,8 +311,12 @@ where
     }
 
     fn lookup(&self, _req: &Request<'_>, parent: InodeNo, name: &OsStr, reply: ReplyEntry) {
-        match block_on(self.fs.lookup(parent, name)) {
-            Ok(entry) => reply.entry(&entry.ttl, &entry.attr, entry.generation),
+        match block_on(KeepCacheFs::lookup(self, parent, name)) {
+            Ok(entry) => {
+                reply.entry(&entry.ttl, &entry.attr, entry.generation);
+                // Answered first: the reader's open goes on while this thread lists the directory.
+                block_on(self.after_lookup(parent, &entry));
+            }
             Err(e) => reply.error(failed("lookup", &e)),
         }
     }
@@ -320,7 +360,7 @@ where
     }
 
     fn opendir(&self, _req: &Request<'_>, ino: InodeNo, flags: i32, reply: ReplyOpen) {
-        match block_on(self.fs.opendir(ino, flags)) {
+        match block_on(KeepCacheFs::opendir(self, ino, flags)) {
             Ok(opened) => reply.opened(opened.fh, opened.flags),
             Err(e) => reply.error(failed("opendir", &e)),
         }
@@ -497,7 +537,7 @@ where
 /// only: no S3 server can be made to answer inside `cargo test`); then every forwarded operation through a real
 /// FUSE mount of the adapter, made by the kernel, in a temporary directory.
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::fs::{self, OpenOptions};
     use std::io::{Read as _, Write as _};
     use std::os::unix::fs::OpenOptionsExt as _;
@@ -530,7 +570,7 @@ mod tests {
 
     /// Records which inodes it was asked to drop the pages of; fails when told to.
     #[derive(Clone, Default)]
-    struct Recorder {
+    pub(crate) struct Recorder {
         dropped: Arc<Mutex<Vec<InodeNo>>>,
         fail: bool,
     }
@@ -623,14 +663,30 @@ mod tests {
         assert!(kernel.dropped().is_empty());
     }
 
+    /// The metadata TTL of a test's mount, and whether it lists a directory after a lookup in it.
+    #[derive(Clone, Copy)]
+    pub(crate) struct Lookups {
+        pub(crate) ttl: Duration,
+        pub(crate) list: bool,
+    }
+
+    impl Lookups {
+        const MINUTE: Lookups = Lookups { ttl: Duration::from_secs(60), list: false };
+
+        fn cache_config(self) -> CacheConfig {
+            CacheConfig::new(TimeToLive::Duration(self.ttl))
+        }
+    }
+
     /// The adapter on the crates' file system, over the mock client, with `kernel` for the notifier.
-    fn adapter(
+    pub(crate) fn adapter(
         client: &MockClient,
         metablock: impl Metablock + 'static,
         mode: KeepCache,
         read_only: bool,
         kernel: Recorder,
         read_ahead: Option<Arc<ReadAhead>>,
+        lookups: Lookups,
     ) -> KeepCacheFs<MockClient> {
         let pool =
             PagedPool::config().with_candidate_sizes([CandidateSize::new(PART)]).with_minimum_memory_limit().build();
@@ -640,7 +696,7 @@ mod tests {
             pool,
             data_cache: DataCacheConfig::default(),
             filesystem: S3FilesystemConfig {
-                cache_config: cache_config(),
+                cache_config: lookups.cache_config(),
                 read_only,
                 allow_delete: true,
                 allow_overwrite: true,
@@ -648,21 +704,18 @@ mod tests {
             },
             keep_cache: mode,
             read_ahead: read_ahead.map(|ahead| (ahead, BUCKET.to_string())),
+            list_on_lookup: lookups.list.then(|| ListOnLookup::new(lookups.ttl)),
         };
         let (adapter, link) = filesystem(parts, metablock);
         assert!(link.set(Box::new(kernel)).is_ok());
         adapter
     }
 
-    fn cache_config() -> CacheConfig {
-        CacheConfig::new(TimeToLive::Duration(Duration::from_secs(60)))
-    }
-
     fn s3_path() -> S3Path {
         S3Path::new(Bucket::new(BUCKET).unwrap(), Prefix::new("").unwrap())
     }
 
-    fn client_with(objects: &[(&str, &[u8])]) -> MockClient {
+    pub(crate) fn client_with(objects: &[(&str, &[u8])]) -> MockClient {
         client_with_parts(objects, PART)
     }
 
@@ -677,12 +730,16 @@ mod tests {
     }
 
     fn superblock(client: &MockClient) -> Superblock<MockClient> {
-        let config = SuperblockConfig { cache_config: cache_config(), s3_personality: S3Personality::Standard };
+        superblock_with(client, Lookups::MINUTE)
+    }
+
+    pub(crate) fn superblock_with(client: &MockClient, lookups: Lookups) -> Superblock<MockClient> {
+        let config = SuperblockConfig { cache_config: lookups.cache_config(), s3_personality: S3Personality::Standard };
         Superblock::new(client.clone(), s3_path(), config)
     }
 
     fn plain(client: &MockClient, kernel: Recorder) -> KeepCacheFs<MockClient> {
-        adapter(client, superblock(client), KeepCache::WhileUnchanged, false, kernel, None)
+        adapter(client, superblock(client), KeepCache::WhileUnchanged, false, kernel, None, Lookups::MINUTE)
     }
 
     /// A plain mount with the whole first GET on for objects up to `up_to` bytes, nothing read ahead across files.
@@ -696,6 +753,7 @@ mod tests {
             true,
             Recorder::default(),
             Some(ahead.clone()),
+            Lookups::MINUTE,
         );
         (fs, ahead)
     }
@@ -750,7 +808,7 @@ mod tests {
         }];
         let prefix = S3Path::new(Bucket::new(BUCKET).unwrap(), Prefix::new("train/").unwrap());
         let mount = manifest::metablock(listed, &prefix, "train".into()).expect("a list mount");
-        let fs = adapter(&client, mount.metablock, KeepCache::Pinned, true, Recorder::default(), None);
+        let fs = adapter(&client, mount.metablock, KeepCache::Pinned, true, Recorder::default(), None, Lookups::MINUTE);
         let directory = ino_of(&fs, 1, "train");
         let ino = ino_of(&fs, directory, "a.jpg");
         assert_eq!(open_and_close(&fs, ino, libc::O_RDONLY), FOPEN_KEEP_CACHE);
@@ -821,7 +879,15 @@ mod tests {
         let mount = manifest::metablock(listed, &prefix, "train".into()).expect("a list mount");
         let whole_first = WholeFirstGet { up_to: 4 * PART as u64, above: PART as u64 };
         let ahead = ReadAhead::new(AheadConfig::sized_from(1 << 30, 0, None, whole_first));
-        let fs = adapter(&client, mount.metablock, KeepCache::Pinned, true, Recorder::default(), Some(ahead.clone()));
+        let fs = adapter(
+            &client,
+            mount.metablock,
+            KeepCache::Pinned,
+            true,
+            Recorder::default(),
+            Some(ahead.clone()),
+            Lookups::MINUTE,
+        );
         let gets = client.new_counter(Operation::GetObject);
         let directory = ino_of(&fs, 1, "train");
         let ino = ino_of(&fs, directory, "shard.tar");
@@ -835,7 +901,15 @@ mod tests {
         // The case above with the flag off (`--whole-first-get 0`): the crates' 1.125 MiB first GET, then more.
         let body = vec![7u8; 3 * PART];
         let client = client_with_parts(&[("shard.tar", &body)], CLIENT_PART);
-        let fs = adapter(&client, superblock(&client), KeepCache::WhileUnchanged, true, Recorder::default(), None);
+        let fs = adapter(
+            &client,
+            superblock(&client),
+            KeepCache::WhileUnchanged,
+            true,
+            Recorder::default(),
+            None,
+            Lookups::MINUTE,
+        );
         let gets = client.new_counter(Operation::GetObject);
         let ino = ino_of(&fs, 1, "shard.tar");
         assert_eq!(read_range(&fs, ino, 0, body.len() as u64), body);
@@ -843,23 +917,28 @@ mod tests {
     }
 
     /// The adapter mounted by the kernel in a temporary directory, unmounted when dropped.
-    struct Mounted {
+    pub(crate) struct Mounted {
         _session: fuser::BackgroundSession,
-        dir: tempfile::TempDir,
-        client: MockClient,
+        pub(crate) dir: tempfile::TempDir,
+        pub(crate) client: MockClient,
     }
 
     impl Mounted {
         fn new(objects: &[(&str, &[u8])]) -> Self {
             let client = client_with(objects);
             let fs = plain(&client, Recorder::default());
+            Self::of(fs, client)
+        }
+
+        /// `fs` (built on `client`) mounted by the kernel.
+        pub(crate) fn of(fs: KeepCacheFs<MockClient>, client: MockClient) -> Self {
             let dir = tempfile::tempdir().expect("a mount point");
             let options = [MountOption::FSName("mountctl-keep-cache-test".into()), MountOption::DefaultPermissions];
             let session = fuser::Session::new(fs, dir.path(), &options).expect("a FUSE mount (needs /dev/fuse)");
             Self { _session: session.spawn().expect("the session's thread"), dir, client }
         }
 
-        fn path(&self, name: &str) -> std::path::PathBuf {
+        pub(crate) fn path(&self, name: &str) -> std::path::PathBuf {
             self.dir.path().join(name)
         }
 

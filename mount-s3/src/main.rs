@@ -2,8 +2,8 @@
 //!
 //! The command line and each part's configuration (cli.rs), the mount itself (run.rs), background mode
 //! (daemon.rs), mounts from a list of objects (manifest.rs), the FUSE adapter that keeps the kernel's page cache
-//! (keep_cache.rs, with opened_versions.rs), the session around it (fuse_session.rs) and the read-ahead across
-//! files (ahead/). This file parses, runs, and turns the outcome into one line and an exit status: 0 mounted (and,
+//! (keep_cache.rs, with opened_versions.rs, and list_on_lookup.rs for readers by name), the session around it
+//! (fuse_session.rs) and the read-ahead across files (ahead/). This file parses, runs, and turns the outcome into one line and an exit status: 0 mounted (and,
 //! in the foreground, unmounted cleanly), 1 failed, 2 refused (the command line or a file it names is wrong).
 
 mod ahead;
@@ -12,6 +12,7 @@ mod cli;
 mod daemon;
 mod fuse_session;
 mod keep_cache;
+mod list_on_lookup;
 mod manifest;
 mod opened_versions;
 mod run;

@@ -18,6 +18,7 @@ use crate::ahead::{Listing, ReadAhead};
 use crate::build_info;
 use crate::cli::{CACHE_BLOCK_SIZE, CliArgs};
 use crate::daemon::{self, StatusSocket};
+use crate::list_on_lookup::ListOnLookup;
 use crate::{fuse_session, manifest};
 
 /// Mounts as `args` ask: in this process with --foreground; else in a daemon of its own, returning once the
@@ -117,6 +118,8 @@ pub fn mount(args: &CliArgs, before_changes: &dyn Fn() -> anyhow::Result<()>) ->
         None => None,
     };
     let read_ahead = args.read_ahead_config(memory_limit.bytes() as u64).map(ReadAhead::new);
+    // A list mount's lookups never reach S3: nothing to list for them.
+    let list_on_lookup = args.list_on_lookup().filter(|_| listed.is_none()).map(ListOnLookup::new);
     let parts = fuse_session::Parts {
         // It remembers the order of what it lists, for the read-ahead across files (when that is on).
         client: Listing::new(client, read_ahead.clone()),
@@ -126,6 +129,7 @@ pub fn mount(args: &CliArgs, before_changes: &dyn Fn() -> anyhow::Result<()>) ->
         filesystem: args.filesystem_config(personality),
         keep_cache: args.keep_cache(),
         read_ahead: read_ahead.clone().map(|ahead| (ahead, s3_path.bucket.to_string())),
+        list_on_lookup,
     };
     let mut session = match listed {
         Some((objects, directory)) => {

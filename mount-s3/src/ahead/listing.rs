@@ -2,14 +2,12 @@
 //! for the read-ahead across files.
 //!
 //! A reader that opens files by name without listing their directory (a list of paths, a loader driven by its
-//! index, `shard-{000..099}.tar`) sends no LIST that says what comes next, only a lookup per file. So the first
-//! lookup that finds a file in a directory whose order is not known starts one listing of that directory on a
-//! thread of its own (at most `LISTED_PAGES` pages, a few at once), and the lookup itself is not delayed. A reader that then
-//! opens the files in listing order gets the read-ahead; one that does not starts nothing (`plan_after`).
+//! index, `shard-{000..099}.tar`) sends no LIST that says what comes next, only a lookup per file. The FUSE
+//! adapter lists such a directory after the first file looked up in it (list_on_lookup.rs), and that listing comes
+//! through here like a reader's own. A reader that then opens the files in listing order gets the read-ahead; one
+//! that does not starts nothing (`plan_after`).
 
 use std::sync::Arc;
-
-use futures::executor::block_on;
 
 use async_trait::async_trait;
 use mountpoint_s3_client::ObjectClient;
@@ -33,63 +31,10 @@ pub struct Listing<C> {
     ahead: Option<Arc<ReadAhead>>,
 }
 
-/// Pages of 1,000 keys listed at most for one directory's order.
-const LISTED_PAGES: usize = 10;
-
 impl<C> Listing<C> {
     /// With `ahead` None this forwards every call and remembers nothing.
     pub fn new(inner: C, ahead: Option<Arc<ReadAhead>>) -> Self {
         Self { inner, ahead }
-    }
-}
-
-/// The directory prefix of `key` (`a/b/c` -> `a/b/`, `c` -> ``).
-fn directory_of(key: &str) -> &str {
-    key.rfind('/').map_or("", |slash| &key[..=slash])
-}
-
-impl<C> Listing<C>
-where
-    C: ObjectClient + Clone + Send + Sync + 'static,
-{
-    /// Lists `key`'s directory for its order on a thread, unless its order is known or being listed.
-    fn learn_order_of_directory_of(&self, bucket: &str, key: &str) {
-        let Some(ahead) = &self.ahead else { return };
-        let prefix = directory_of(key);
-        if !ahead.claim_directory(prefix) {
-            return;
-        }
-        let (inner, bucket, prefix) = (self.inner.clone(), bucket.to_string(), prefix.to_string());
-        let (on_thread, listed) = (ahead.clone(), prefix.clone());
-        let spawned = std::thread::Builder::new().name("read-ahead-list".into()).spawn(move || {
-            let (ahead, prefix) = (on_thread, listed);
-            let mut objects = Vec::new();
-            let mut token: Option<String> = None;
-            for _ in 0..LISTED_PAGES {
-                match block_on(inner.list_objects(&bucket, token.as_deref(), "/", 1000, &prefix)) {
-                    Ok(page) => {
-                        objects.extend(page.objects.into_iter().map(|o| (o.key, o.etag, o.size)));
-                        token = page.next_continuation_token;
-                        if token.is_none() {
-                            break;
-                        }
-                    }
-                    Err(error) => {
-                        tracing::debug!("read-ahead: listing {prefix:?} for its order failed: {error}");
-                        ahead.listed_directory(&prefix, false);
-                        return;
-                    }
-                }
-            }
-            if objects.len() > 1 {
-                ahead.know_order(objects.iter().map(|(key, etag, size)| (key.clone(), etag.as_str(), *size)));
-            }
-            ahead.listed_directory(&prefix, true);
-        });
-        if let Err(error) = spawned {
-            tracing::debug!("read-ahead: cannot start a listing of {prefix:?} ({error})");
-            ahead.listed_directory(&prefix, false);
-        }
     }
 }
 
@@ -160,9 +105,6 @@ where
             && result.objects.len() > 1
         {
             ahead.know_order(result.objects.iter().map(|o| (o.key.clone(), o.etag.as_str(), o.size)));
-            if prefix.is_empty() || prefix.ends_with('/') {
-                ahead.directory_known(prefix);
-            }
         }
         Ok(result)
     }
@@ -173,11 +115,7 @@ where
         key: &str,
         params: &HeadObjectParams,
     ) -> ObjectClientResult<HeadObjectResult, HeadObjectError, Self::ClientError> {
-        // Every lookup sends one: the first that finds a file in a directory of unknown order has it listed,
-        // aside. A lookup of a directory, or of a name that is not there (the watchdog's probe), lists nothing.
-        let result = self.inner.head_object(bucket, key, params).await?;
-        self.learn_order_of_directory_of(bucket, key);
-        Ok(result)
+        self.inner.head_object(bucket, key, params).await
     }
 
     async fn put_object(

@@ -23,7 +23,7 @@
 //! bounded (entries evicted oldest first, an entry unread for a while dropped); nothing persists, so a
 //! remount starts empty. An entry is dropped once its last block is served: each object is read once.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::ops::Range;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
@@ -88,10 +88,6 @@ impl AheadConfig {
 const MOST_LISTED: usize = 1_000_000;
 /// Reads from offset 0 remembered to tell a reader that follows the listing order from one that does not.
 const RECENT_READS: usize = 64;
-/// Directories whose order is known or being listed; past this many no more are listed for their order.
-const MOST_DIRECTORIES: usize = 10_000;
-/// Listings of a directory for its order (listing.rs) under way at once, at most.
-const LISTINGS_AT_ONCE: usize = 4;
 
 #[derive(Debug, Clone)]
 struct Listed {
@@ -113,10 +109,6 @@ struct State {
     /// Keys with a read at offset 0 under way, and how many (first_get.rs): the whole first GET is for them,
     /// and the read ahead across files leaves them to their reader.
     from_start: HashMap<String, usize>,
-    /// Directory prefixes whose order is known (a LIST of them came through) or being listed for it.
-    directories: HashSet<String>,
-    /// Listings for order under way now (listing.rs).
-    listings: usize,
 }
 
 impl State {
@@ -203,50 +195,15 @@ impl ReadAhead {
         }
     }
 
-    /// Whether the caller should list directory `prefix` for its order: true once per directory (and then
-    /// [`Self::listed_directory`] must follow), while fewer than `LISTINGS_AT_ONCE` such listings run; false
-    /// when nothing is read ahead across files, when its order is known or being listed, or past the caps.
-    pub fn claim_directory(&self, prefix: &str) -> bool {
-        if self.config.width == 0 {
-            return false;
-        }
-        let mut state = self.state();
-        if state.listings >= LISTINGS_AT_ONCE
-            || state.directories.len() >= MOST_DIRECTORIES
-            || !state.directories.insert(prefix.to_string())
-        {
-            return false;
-        }
-        state.listings += 1;
-        true
-    }
-
-    /// A listing claimed with [`Self::claim_directory`] ended; `ok` false lets a later lookup list it again.
-    pub fn listed_directory(&self, prefix: &str, ok: bool) {
-        let mut state = self.state();
-        state.listings = state.listings.saturating_sub(1);
-        if !ok {
-            state.directories.remove(prefix);
-        }
-    }
-
     #[cfg(test)]
-    fn knows_order_of(&self, key: &str) -> bool {
+    pub(crate) fn knows_order_of(&self, key: &str) -> bool {
         self.state().listed.contains_key(key)
-    }
-
-    /// A listing of directory `prefix` came through (a reader listed it): its order needs no listing of ours.
-    pub fn directory_known(&self, prefix: &str) {
-        let mut state = self.state();
-        if state.directories.len() < MOST_DIRECTORIES {
-            state.directories.insert(prefix.to_string());
-        }
     }
 
     /// The objects to fetch after a read of `key` from its start; each is entered as pending.
     fn plan_after(&self, key: &str) -> Vec<Planned> {
         let mut state = self.state();
-        // Remembered even before its directory's order is known (listing.rs lists it aside at the first
+        // Remembered even before its directory's order is known (list_on_lookup.rs lists it after the first
         // lookup): the next object's read then counts as in order as soon as the listing is in.
         if state.recent.len() >= RECENT_READS {
             state.recent.pop_front();

@@ -12,10 +12,8 @@ use mountpoint_s3_fs::Runtime;
 use mountpoint_s3_fs::data_cache::DataCache as _;
 use mountpoint_s3_fs::object::ObjectId;
 
-use mountpoint_s3_client::ObjectClient as _;
-use mountpoint_s3_client::types::HeadObjectParams;
-
 use super::{AheadCache, AheadConfig, Listing, ReadAhead, WholeFirstGet};
+use mountpoint_s3_client::ObjectClient as _;
 
 const BUCKET: &str = "bucket";
 const SIZE: usize = 3000;
@@ -378,32 +376,6 @@ fn a_block_is_served_once_the_pieces_it_spans_are_here_whatever_the_order_they_c
 }
 
 #[test]
-fn a_lookup_in_a_directory_of_unknown_order_lists_it_once_and_then_reads_in_that_order_are_read_ahead() {
-    // A reader that opens files by name (a list of paths, an index) sends a lookup per file and no LIST.
-    let setup = setup_unlisted(6, 2, 1 << 20, WholeFirstGet { up_to: 0, above: 0 });
-    let listing = Listing::new(setup.client.clone(), Some(setup.ahead.clone()));
-    let lists = setup.client.new_counter(Operation::ListObjectsV2);
-    let gets = setup.client.new_counter(Operation::GetObject);
-    block_on(listing.head_object(BUCKET, &key(0), &HeadObjectParams::new())).expect("a HEAD of object 0");
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while !(setup.ahead.knows_order_of(&key(5)) && setup.ahead.state().listings == 0) {
-        assert!(std::time::Instant::now() < deadline, "the directory was not listed for its order");
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    assert_eq!(lists.count(), 1, "one listing of data/");
-    // Another lookup in the same directory lists nothing more.
-    block_on(listing.head_object(BUCKET, &key(1), &HeadObjectParams::new())).expect("a HEAD of object 1");
-    std::thread::sleep(Duration::from_millis(50));
-    assert_eq!(lists.count(), 1, "the directory is listed once");
-    // Now the reads in listing order are read ahead, as after a reader's own listing.
-    assert_eq!(setup.read(&setup.id(0)), None);
-    for index in 1..6 {
-        assert_eq!(setup.read(&setup.id(index)), Some(body(index)), "object {index} was read ahead");
-    }
-    assert_eq!(gets.count(), 5, "one GET for each of objects 1..=5, none for the reads served");
-}
-
-#[test]
 fn an_object_read_before_its_directory_order_was_known_still_counts_for_the_order_of_the_next() {
     // The reader's first file is read while the listing is still on its way: its read is remembered, so the
     // read of the second one, after the listing, is in order and reads ahead.
@@ -418,36 +390,14 @@ fn an_object_read_before_its_directory_order_was_known_still_counts_for_the_orde
     assert_eq!(gets.count(), 4, "one GET for each of objects 2..=5");
 }
 
-/// The LISTs sent within 100 ms of one lookup's HEAD of `name`, with a read-ahead `width` wide.
-fn lists_after_a_lookup_of(name: &str, width: usize) -> u64 {
-    let setup = setup_unlisted(4, width, 1 << 20, WholeFirstGet { up_to: 1 << 20, above: 0 });
-    let listing = Listing::new(setup.client.clone(), Some(setup.ahead.clone()));
-    let lists = setup.client.new_counter(Operation::ListObjectsV2);
-    let _ = block_on(listing.head_object(BUCKET, name, &HeadObjectParams::new()));
-    std::thread::sleep(Duration::from_millis(100));
-    lists.count()
-}
-
 #[test]
-fn a_lookup_of_a_name_that_is_not_there_lists_nothing() {
-    // The watchdog's probe looks up a name that does not exist, and a lookup of a directory HEADs its name.
-    assert_eq!(lists_after_a_lookup_of("data/missing", 2), 0);
-    assert_eq!(lists_after_a_lookup_of(&key(0), 2), 1, "the same lookup of a file lists its directory");
-}
-
-#[test]
-fn with_no_read_ahead_across_files_a_lookup_lists_nothing() {
-    assert_eq!(lists_after_a_lookup_of(&key(0), 0), 0);
-}
-
-#[test]
-fn a_directory_a_reader_listed_is_not_listed_again_for_its_order() {
+fn a_directorys_listing_through_the_client_gives_its_order_and_a_lookups_listing_of_one_key_does_not() {
+    // The crates' lookup lists `name/` with at most one key; a directory's listing (a reader's readdir, or the
+    // adapter's after a lookup by name, list_on_lookup.rs) lists it whole.
     let setup = setup_unlisted(4, 2, 1 << 20, WholeFirstGet { up_to: 0, above: 0 });
     let listing = Listing::new(setup.client.clone(), Some(setup.ahead.clone()));
-    block_on(listing.list_objects(BUCKET, None, "/", 1000, "data/")).expect("the reader's own listing");
-    let lists = setup.client.new_counter(Operation::ListObjectsV2);
-    block_on(listing.head_object(BUCKET, &key(0), &HeadObjectParams::new())).expect("a HEAD of object 0");
-    std::thread::sleep(Duration::from_millis(100));
-    assert_eq!(lists.count(), 0, "its order came with the reader's listing");
+    block_on(listing.list_objects(BUCKET, None, "/", 1, "data/")).expect("a lookup's LIST");
+    assert!(!setup.ahead.knows_order_of(&key(0)));
+    block_on(listing.list_objects(BUCKET, None, "/", 1000, "data/")).expect("a directory's LIST");
     assert!(setup.ahead.knows_order_of(&key(3)));
 }

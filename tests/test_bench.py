@@ -22,6 +22,7 @@ from benchmarks.harness import preset
 from benchmarks.harness.bytes_path import READ_SIZE, bytes_routes
 from benchmarks.harness.limits import LOCAL
 from benchmarks.harness.loader_cells import source_plan
+from benchmarks.harness.plain_cells import MODES, READERS
 from benchmarks.harness.stores import STORES, plan_stores
 from benchmarks.harness.sweep_run import EPOCHS
 from mountctl import FarProfile, installed_backends
@@ -117,6 +118,23 @@ def test_random_reads_cover_every_route_against_s3io_range_reads(sweep):
         # a page-cached 64 KiB read can take under a microsecond: the median is not negative, the rate positive
         assert cell["mb_per_s"] > 0 and cell["p50_ms"] >= 0 and cell["ratio_to_s3io_range"] > 0
     assert [c["ratio_to_s3io_range"] for c in random_cells if c["kind"] == "s3io"] == [1.0] * len(full_stores(config))
+
+
+def test_plain_reader_cells_cover_local_disk_and_each_program_both_ways_and_both_passes(sweep):
+    config, result, _ = sweep
+    programs = config.backends or installed_backends()
+    expected = {(st, d.label, LOCAL, "by name", r, e) for st in full_stores(config) for d in config.datasets
+                for r in READERS for e in EPOCHS}
+    expected |= {(st, d.label, f"mountpoint/{p}", m, r, e) for st in full_stores(config) for d in config.datasets
+                 for p in programs for m in MODES for r in READERS for e in EPOCHS}
+    plain = cells(result, "plain", status=None)
+    assert {(c["store"], c["dataset"], c["source"], c["mode"], c["readers"], c["epoch"]) for c in plain} == expected
+    for cell in plain:
+        assert cell["status"] == "ok", cell
+        assert cell["files"] == cell["shards"] and cell["bytes"] > 0 and cell["mb_per_s"] > 0
+        assert cell["ratio_to_raw_get"] > 0 and cell["ratio_to_local_disk"] > 0
+        if cell["source"] != LOCAL:
+            assert cell["program_peak_rss_mb"] > 0
 
 
 def test_the_run_is_written_as_json_markdown_and_png(sweep):

@@ -44,6 +44,7 @@ from benchmarks.harness.loader_cells import (
 )
 from benchmarks.harness.map_cells import add_map_ratios, map_cell_count, map_cells, map_markdown
 from benchmarks.harness.peers import peer_cell_count, peer_cells, peer_markdown, peer_train_cell_count, peer_train_cells
+from benchmarks.harness.plain_cells import add_plain_ratios, plain_cell_count, plain_cells, plain_markdown
 from benchmarks.harness.side_by_side import side_by_side
 from benchmarks.harness.standard_cells import (
     add_standard_ratios,
@@ -123,6 +124,7 @@ KINDS: tuple[Kind, ...] = (
     Kind("bytes", lambda cells, _: bytes_markdown(cells), BYTES_PAGE, add_bytes_ratios,
          Panel(2, bytes_panel, lambda ok: any(c["cell"] == "bytes" for c in ok), widens=("bytes",), most_bars=True)),
     Kind("random", lambda cells, _: random_markdown(cells), BYTES_PAGE, add_random_ratios),
+    Kind("plain", lambda cells, _: plain_markdown(cells), BYTES_PAGE, add_plain_ratios),
     Kind("map", lambda cells, _: map_markdown(cells, table), LOADER_PAGE, add_map_ratios),
     Kind("standard", lambda cells, _: standard_markdown(cells, table), LOADER_PAGE, add_standard_ratios),
     Kind("peers", lambda cells, _: peer_markdown(cells, table), PEER_PAGE),
@@ -155,12 +157,13 @@ def _standard_cells(run: SweepRun, store: StoreCells) -> None:
     standard_cells(run, store.scratch)
 
 
-# The order the sweep measures in: per dataset its limit, sources, bytes and peers; then the store's map-style,
+# The order the sweep measures in: per dataset its limit, sources, bytes, plain reader and peers; then the store's map-style,
 # ImageFolder, training and checkpoint cells.
 STEPS: tuple[Step, ...] = (
     Step("raw-get", "dataset", raw_get_cells, raw_get_cell_count),
     Step("sources", "dataset", source_cells, source_cell_count),
     Step("bytes", "dataset", byte_cells, byte_cell_count),
+    Step("plain", "dataset", plain_cells, plain_cell_count),
     Step("peers", "dataset", peer_cells, peer_cell_count),
     Step("map", "store", map_cells, map_cell_count),
     Step("standard", "store", _standard_cells, _standard_count),

@@ -21,42 +21,16 @@ import argparse
 import collections
 import os
 import statistics
-import threading
-import time
 
 from scratch_server import far_scratch_server
 
 import mountctl
 from benchmarks.harness.limits import ranged_get
+from benchmarks.harness.plain_cells import read_whole
 
 MB, MIB = 10**6, 2**20
 DATASETS = {"4 MB x 48": (48, 4 * MB), "64 MiB x 8": (8, 64 * MIB)}
 MODES = ("listed", "by name")
-
-
-def _cat(paths: list[str]) -> int:
-    got = 0
-    for path in paths:
-        with open(path, "rb", buffering=0) as f:
-            while block := f.read(MIB):
-                got += len(block)
-    return got
-
-
-def _read(root: str, names: list[str], readers: int, listed: bool) -> float:
-    """MB/s of reading every file once, ``readers`` threads each taking every ``readers``-th file."""
-    started = time.perf_counter()
-    if listed:
-        names = sorted(os.listdir(root))  # S3's order is the keys' byte order, as sorted() gives here
-    paths = [os.path.join(root, name) for name in names]
-    totals: list[int] = []
-    threads = [threading.Thread(target=lambda share=paths[i::readers]: totals.append(_cat(share)))
-               for i in range(readers)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    return sum(totals) / (time.perf_counter() - started) / MB
 
 
 def main() -> None:
@@ -84,7 +58,7 @@ def main() -> None:
                         for readers in (1, 4):
                             with mountctl.mount(f"s3://lab/{folder}/", os.path.join(scratch, "m"), backend=backend,
                                                 shared=False, settings=server.settings()) as mounted:
-                                rate = _read(mounted.path, names, readers, listed=mode == "listed")
+                                rate = read_whole(mounted.path, names, readers, mode == "listed")["mb_per_s"]
                             figures[(dataset, backend, mode, str(readers))].append((rate, rate / limit))
     print(f"medians of {args.rounds} rounds; far store; no cache; ratio to each round's own limit")
     print("| objects | route | files opened | readers | MB/s | x limit |")

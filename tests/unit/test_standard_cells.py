@@ -7,12 +7,9 @@ and its tree writer in tests/test_readahead_sampler_mount.py.
 
 from __future__ import annotations
 
-import json
-import re
-from pathlib import Path
+from bench_pages import page_part, stored_run
 
 from benchmarks.harness import preset
-from benchmarks.harness.benchmarks_page import write_pages
 from benchmarks.harness.report import sections, table
 from benchmarks.harness.standard_cells import (
     SAMPLERS,
@@ -22,7 +19,6 @@ from benchmarks.harness.standard_cells import (
     tree_label,
 )
 
-RUN = Path(__file__).parent / "data" / "bench-tiny"
 SOURCES = ("local-disk", "mountpoint/mount-s3", "mountpoint/rclone")
 TREE = tree_label(400)
 
@@ -79,17 +75,6 @@ def test_the_table_puts_both_epochs_of_each_route_and_sampler_on_one_row():
 
 
 def test_the_report_and_benchmarks_md_show_the_standard_section(tmp_path):
-    [report] = sorted(RUN.glob("bench-*.json"))
-    result = json.loads(report.read_text())
-    result["cells"] = result["cells"] + _rows()
-    add_standard_ratios(result["cells"])
-    assert "standard" in sections(result)
-    runs = tmp_path / "runs"
-    runs.mkdir()
-    (runs / report.name).write_text(json.dumps(result))
-    (tmp_path / "docs").mkdir()
-    write_pages([str(runs)], str(tmp_path))
-    page = (tmp_path / "BENCHMARKS.md").read_text()
-    loader = re.search(r"^## Loader and training\n(.*?)(?=^## )", page, re.S | re.M)
-    assert loader and "### Standard loader: torchvision ImageFolder" in loader.group(1)
-    assert sections(json.loads(report.read_text())).get("standard") is None  # a run without the cell: no section
+    part = page_part(tmp_path, _rows(), add_standard_ratios, "standard", "Loader and training")
+    assert "### Standard loader: torchvision ImageFolder" in part
+    assert sections(stored_run()[1]).get("standard") is None  # a run without the cell: no section

@@ -28,7 +28,7 @@ from ..errors import RegistryError
 from ..mounts.fusectl import force_clear
 from ..mounts.mounttable import find_mount
 from ..mounts.watchdog import WATCHDOG_INTERVAL_S
-from ..processes import process_alive
+from ..processes import process_alive, same_process
 
 __all__ = ["Registry", "MountRecord", "Claim", "SharedState", "SHARED_STATES", "clear_abandoned"]
 
@@ -58,6 +58,9 @@ class MountRecord:
     events: tuple[dict[str, Any], ...] = ()
     supervisor: dict[str, Any] | None = None
     program_pid: int | None = None
+    # The program's identity (pid, start time and start ticks: processes.process_identity), which a step of the
+    # wall clock does not make unrecognizable; None in a record written before it was kept, or while unknown.
+    program: dict[str, Any] | None = None
     log_path: str | None = None
     error: dict[str, str] | None = None
     stop_requested: bool = False
@@ -194,6 +197,15 @@ class Registry:
         return found
 
 
+def _is_the_program(process: Any, record: MountRecord) -> bool:
+    """``process`` is the record's mount program, not a later process with its pid: by the program's identity
+    where the record has it (a step of the wall clock does not change it), else by a start no earlier than the
+    record's (an older record; the wall clock may have moved since)."""
+    if record.program is not None and record.program.get("pid") == process.pid:
+        return same_process(process, record.program)
+    return bool(process.create_time() >= record.created_at - 1)
+
+
 def clear_abandoned(mount_dir: str, record: MountRecord | None, registry: Registry) -> bool:
     """Clean up after a supervisor that died: its mount program, its mount, its record.  Caller holds the lock.
 
@@ -208,7 +220,7 @@ def clear_abandoned(mount_dir: str, record: MountRecord | None, registry: Regist
 
             with contextlib.suppress(psutil.Error):
                 process = psutil.Process(record.program_pid)
-                if process.create_time() >= record.created_at - 1:
+                if _is_the_program(process, record):
                     process.kill()
         registry.remove(mount_dir)
     if find_mount(mount_dir) is not None:

@@ -22,7 +22,7 @@ from typing import Any
 from ..errors import MountctlError
 from ..mounts.mount import Mount
 from ..mounts.spec import MountSpec
-from ..processes import process_alive
+from ..processes import process_alive, process_identity
 from ..redaction import redact
 from .registry import MountRecord, Registry
 
@@ -33,11 +33,27 @@ FAILED_RECORD_KEPT_S = 10.0
 FAILED_RECORD_MIN_S = 2.0
 
 
+def _program_identity(record: MountRecord, pid: int | None) -> dict[str, Any] | None:
+    """The identity of the program ``pid``: the record's where it names that pid, else read now (None where
+    there is no program or it is gone already)."""
+    if pid is None:
+        return None
+    if record.program is not None and record.program.get("pid") == pid:
+        return record.program
+    import psutil
+
+    try:
+        return process_identity(pid)
+    except psutil.Error:
+        return None
+
+
 def _published(mount: Mount, event: dict[str, Any]) -> Any:
     """The record change that goes with one event: backend and log always travel with the state."""
 
     def change(record: MountRecord) -> MountRecord:
-        changes: dict[str, Any] = {"restarts": mount.restarts, "program_pid": mount.pid, "backend": mount.backend,
+        changes: dict[str, Any] = {"restarts": mount.restarts, "program_pid": mount.pid,
+                                   "program": _program_identity(record, mount.pid), "backend": mount.backend,
                                    "log_path": mount.log_path, "cache": mount.cache,
                                    "cache_note": mount.cache_note, "program_version": mount.program_version,
                                    "memory_mb": mount.memory_mb, "memory_note": mount.memory_note}

@@ -1,4 +1,5 @@
-"""A process is named by pid and start time; a step of the wall clock must not make a live one read as gone.
+"""A process is named by pid and start time; a step of the wall clock must not make a live one read as gone, nor
+leave a dead supervisor's mount program running.
 
 psutil's ``create_time`` is the start in ticks after boot plus a boot time that the kernel derives from the wall
 clock, so an NTP step moves it. A bench saw it: a 33 s step mid-run, after which its local S3 server read as gone,
@@ -67,3 +68,37 @@ def test_the_local_s3_server_reads_running_after_the_wall_clock_is_stepped(tmp_p
     real = psutil.Process.create_time
     monkeypatch.setattr(psutil.Process, "create_time", lambda self: real(self) + STEP_S)
     assert server._server() is not None, "a clock step made the running server read as gone"
+
+
+def _abandoned(tmp_path, program: dict, created_at: float):
+    from mountctl.shared.registry import MountRecord, Registry
+
+    registry = Registry(str(tmp_path))
+    dead_supervisor = {"pid": 999_999_999, "create_time": 1.0}
+    registry.write(MountRecord(uri="s3://b/", mount_dir="/m", spec={}, identity={}, supervisor=dead_supervisor,
+                               program_pid=program["pid"], program=program, created_at=created_at))
+    return registry
+
+
+def test_a_dead_supervisors_program_is_killed_after_the_wall_clock_is_stepped_back(tmp_path, child, monkeypatch):
+    from mountctl.shared.registry import clear_abandoned
+
+    program = process_identity(child.pid)
+    registry = _abandoned(tmp_path, program, created_at=program["create_time"] + 0.5)  # recorded just after
+    real = psutil.Process.create_time
+    monkeypatch.setattr(psutil.Process, "create_time", lambda self: real(self) - STEP_S)  # stepped back
+    with registry.locked("/m"):
+        assert clear_abandoned("/m", registry.read("/m"), registry)
+    assert child.wait(timeout=5) == -9, "the abandoned mount program was left running"
+    assert registry.read("/m") is None
+
+
+def test_a_process_that_took_a_dead_programs_pid_is_not_killed(tmp_path, child):
+    from mountctl.shared.registry import clear_abandoned
+
+    program = process_identity(child.pid)
+    earlier = {**program, "start_ticks": program["start_ticks"] - 100}  # the recorded program started earlier
+    registry = _abandoned(tmp_path, earlier, created_at=program["create_time"] - 10)
+    with registry.locked("/m"):
+        assert clear_abandoned("/m", registry.read("/m"), registry)
+    assert child.poll() is None, "a process that only shares the pid was killed"

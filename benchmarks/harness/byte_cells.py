@@ -108,9 +108,10 @@ def bytes_markdown(cells: list[dict[str, Any]]) -> str:
     """The bytes-path cells, epochs 1 and 2 side by side per route and reader count."""
     return "## Bytes path: tar walk, no decode (epochs 1 and 2 side by side)\n\n" + table(
         ["store", "dataset", "source", "variant", "readers", "MB/s e1", "MB/s e2", "x raw GET e1", "x raw GET e2",
-         "reader CPU % e1", "reader CPU % e2", "program CPU % e1", "program CPU % e2", "program peak RSS MB"],
+         "reader CPU % e1", "reader CPU % e2", "program CPU % e1", "program CPU % e2", "program peak RSS MB",
+         "page cache MB e1", "page cache MB e2"],
         [[*key, *pair(e, "mb_per_s"), *pair(e, "ratio_to_raw_get"), *pair(e, "loader_cpu_pct"),
-          *pair(e, "program_cpu_pct"), peak(e)]
+          *pair(e, "program_cpu_pct"), peak(e), *pair(e, "page_cache_growth_mb")]
          for key, e in by_epoch(of_kind(cells, "bytes"), ("store", "dataset", "source", "variant", "readers"))])
 
 

@@ -146,11 +146,11 @@ def loader_markdown(cells: Cells) -> str:
         ["store", "dataset", "workers", "source", "first batch e1 s", "first batch e2 s", "samples/s e1",
          "samples/s e2", "MB/s e1", "MB/s e2", "x local disk e1", "x local disk e2", "x raw GET e1", "x raw GET e2",
          "after warm-up samples/s e1", "after warm-up samples/s e2", "loader CPU % e1", "program CPU % e1",
-         "program CPU % e2", "loader peak RSS MB", "program peak RSS MB"],
+         "program CPU % e2", "loader peak RSS MB", "program peak RSS MB", "page cache MB e1", "page cache MB e2"],
         [[*key, *pair(e, "first_batch_s"), *pair(e, "epoch_samples_per_s"), *pair(e, "epoch_mb_per_s"),
           *pair(e, "ratio_to_local_disk"), *pair(e, "ratio_to_raw_get"), *pair(e, "samples_per_s"),
           at(e, 1, "loader_cpu_pct"), *pair(e, "program_cpu_pct"), at(e, 1, "loader_peak_rss_mb"),
-          at(e, 1, "program_peak_rss_mb")]
+          at(e, 1, "program_peak_rss_mb"), *pair(e, "page_cache_growth_mb")]
          for key, e in by_epoch(of_kind(cells, "loader"), ("store", "dataset", "num_workers", "source"))]))
 
 

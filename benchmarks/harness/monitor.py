@@ -14,6 +14,11 @@ process once per process, so it grows with the worker count and with
 whatever the bench process holds.  PSS (``/proc/PID/smaps_rollup``) charges
 a shared page to each sharer by its share, so its sum counts it once: the
 memory the loader really took.  Both are kept, so older reports still read.
+
+Page-cache use is the node's: how far the kernel's file pages (``Cached`` less ``Shmem`` in ``/proc/meminfo``:
+the DataLoader's shared-memory batches are not file pages) grew above where they stood when the cell began, at
+their peak. A mount that keeps its pages shows its data there in epoch 1 and about nothing in epoch 2, when it
+reads them again. It is the whole machine's figure: a benchmark runs alone on it.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from typing import Any
 
 import psutil
 
-__all__ = ["ResourceMonitor", "Usage"]
+__all__ = ["ResourceMonitor", "Usage", "page_cache_bytes"]
 
 _NOT_LOADERS = ("rclone", "s3fs", "mount-s3", "weed")
 
@@ -39,6 +44,7 @@ class Usage:
     loader_peak_pss_mb: float | None  # summed PSS: shared pages counted once; None where smaps_rollup is unreadable
     program_cpu_pct: float | None
     program_peak_rss_mb: float | None
+    page_cache_growth_mb: float | None = None  # the node's file pages, peak growth over the cell; None: unreadable
 
     def to_dict(self) -> dict[str, Any]:
         return {k: (round(v, 1) if isinstance(v, float) else v) for k, v in self.__dict__.items()}
@@ -63,6 +69,22 @@ def _pss_bytes(pid: int) -> int | None:
     return None
 
 
+def page_cache_bytes() -> int | None:
+    """The node's file pages in the page cache (``Cached`` less ``Shmem``); None where /proc/meminfo says not."""
+    found: dict[str, int] = {}
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                name, _, rest = line.partition(":")
+                if name in ("Cached", "Shmem"):
+                    found[name] = int(rest.split()[0]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    if "Cached" not in found:
+        return None
+    return found["Cached"] - found.get("Shmem", 0)
+
+
 class ResourceMonitor:
     def __init__(self, program_pid: int | None = None, *, interval_s: float = 0.2) -> None:
         self._me = psutil.Process(os.getpid())
@@ -76,6 +98,8 @@ class ResourceMonitor:
         self._peak_loader_rss = 0
         self._peak_loader_pss: int | None = 0
         self._peak_program_rss = 0
+        self._cache_at_start: int | None = None
+        self._peak_cache_growth = 0
         self._started = 0.0
         self._usage: Usage | None = None
 
@@ -109,6 +133,9 @@ class ResourceMonitor:
             elif own is not None and pss is not None:
                 pss += own
         self._peak_loader_rss = max(self._peak_loader_rss, rss)
+        cached = page_cache_bytes()
+        if cached is not None and self._cache_at_start is not None:
+            self._peak_cache_growth = max(self._peak_cache_growth, cached - self._cache_at_start)
         if pss is None or self._peak_loader_pss is None:
             self._peak_loader_pss = None
         else:
@@ -132,6 +159,7 @@ class ResourceMonitor:
                 self._start_cpu[-1] = _cpu(self._program)
             except psutil.Error:
                 self._program = None
+        self._cache_at_start = page_cache_bytes()
         self._started = time.perf_counter()
         self._thread.start()
         return self
@@ -152,7 +180,8 @@ class ResourceMonitor:
             loader_peak_rss_mb=self._peak_loader_rss / 2**20,
             loader_peak_pss_mb=None if self._peak_loader_pss is None else self._peak_loader_pss / 2**20,
             program_cpu_pct=100 * used([-1]) / seconds if self._program is not None else None,
-            program_peak_rss_mb=self._peak_program_rss / 2**20 if self._program is not None else None)
+            program_peak_rss_mb=self._peak_program_rss / 2**20 if self._program is not None else None,
+            page_cache_growth_mb=None if self._cache_at_start is None else self._peak_cache_growth / 2**20)
 
     @property
     def usage(self) -> Usage:

@@ -25,7 +25,7 @@ from benchmarks.harness.config import SweepConfig
 from benchmarks.harness.limits import LOCAL
 from benchmarks.harness.monitor import ResourceMonitor
 from benchmarks.harness.sweep_run import DatasetCells, Planned, SweepRun
-from benchmarks.harness.tables import at, by_epoch, of_kind, peak, table
+from benchmarks.harness.tables import at, by_epoch, of_kind, pair, peak, table
 from mountctl import Mount, MountSpec, installed_backends
 
 __all__ = ["plain_cells", "plain_cell_count", "add_plain_ratios", "plain_markdown", "MODES", "READERS"]
@@ -138,9 +138,10 @@ def plain_markdown(cells: list[dict[str, Any]]) -> str:
     """Passes 1 and 2 side by side per route, way and reader count ("" where the run has no plain cell)."""
     grouped = by_epoch(of_kind(cells, "plain"), ("store", "dataset", "source", "mode", "readers"))
     rows = [[*key, at(e, 1, "mb_per_s"), at(e, 1, "ratio_to_raw_get"), at(e, 2, "mb_per_s"),
-             at(e, 2, "ratio_to_local_disk"), peak(e)] for key, e in grouped]
+             at(e, 2, "ratio_to_local_disk"), peak(e), *pair(e, "page_cache_growth_mb")] for key, e in grouped]
     if not rows:
         return ""
     return ("## A plain reader: cat of every shard, listed first or by name, fresh default mount (no cache)\n\n"
             + table(["store", "dataset", "source", "files opened", "readers", "MB/s pass 1", "x ranged-GET limit",
-                     "MB/s pass 2", "x local disk pass 2", "program peak RSS MB"], rows))
+                     "MB/s pass 2", "x local disk pass 2", "program peak RSS MB", "page cache MB pass 1",
+                     "page cache MB pass 2"], rows))

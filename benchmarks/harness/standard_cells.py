@@ -212,11 +212,12 @@ def standard_markdown(cells: list[dict[str, Any]], table: Callable[[list[str], l
         return None if row is None else row.get(name) if row["status"] == "ok" else row["status"]
 
     rows = [[*key, *(at(e, n, name) for name in ("first_batch_s", "epoch_samples_per_s", "ratio_to_local_disk")
-                     for n in (1, 2)), at(e, 1, "from_mount_s"), at(e, 1, "program_peak_rss_mb")]
+                     for n in (1, 2)), at(e, 1, "from_mount_s"), at(e, 1, "program_peak_rss_mb"),
+             at(e, 1, "page_cache_growth_mb")]
             for key, e in grouped.items()]
     if not rows:
         return ""
     return ("## Standard loader: torchvision ImageFolder, DataLoader(shuffle=True), 2 workers (whole epochs)\n\n"
             + table(["store", "tree", "source", "sampler", "first batch e1 s", "first batch e2 s", "images/s e1",
                      "images/s e2", "x local disk e1", "x local disk e2", "from mount to end of e1 s",
-                     "program peak RSS MB"], rows))
+                     "program peak RSS MB", "page cache MB, both epochs"], rows))

@@ -52,3 +52,21 @@ def test_pss_counts_pages_shared_with_forked_workers_once_and_rss_once_per_proce
     assert _BUFFER_MB <= usage.loader_peak_pss_mb < usage.loader_peak_rss_mb - _WORKERS * _BUFFER_MB * 0.9
     assert usage.to_dict()["loader_peak_pss_mb"] == round(usage.loader_peak_pss_mb, 1)
     del buffer
+
+
+def test_the_page_cache_a_cell_fills_is_reported_beside_its_figures(tmp_path):
+    # A real file on disk, written, flushed and dropped from the page cache, then read inside the monitor: the
+    # node's file pages grow by about its size (other processes on the machine may add a little, never take it).
+    size = 64 << 20
+    path = tmp_path / "data.bin"
+    with open(path, "wb") as f:
+        f.write(os.urandom(size))
+        f.flush()
+        os.fsync(f.fileno())
+        os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+    with ResourceMonitor(interval_s=0.05) as monitor:
+        with open(path, "rb") as f:
+            while f.read(1 << 20):
+                pass
+    grown = monitor.usage.page_cache_growth_mb
+    assert grown is not None and grown >= 0.8 * size / 2**20, grown

@@ -125,3 +125,38 @@ def test_a_state_dir_too_deep_for_a_unix_socket_still_serves_and_leaves_nothing(
     finally:
         server.stop()
     assert not any(os.path.exists(path) for path in short)
+
+
+def test_a_port_taken_before_weed_binds_it_is_tried_again_on_other_ports(tmp_path, monkeypatch):
+    """Another server binding a port between our check and weed's own bind cannot be timed on demand, so the
+    first port chosen is one this test holds, which the real weed then finds taken, as it would in that race."""
+    from mountctl.local_s3 import server as server_module
+
+    server = LocalS3(str(tmp_path / "local-s3"))
+    try:
+        server.weed()
+    except Exception as exc:
+        missing(f"the local S3 server cannot start: {exc}")
+    held = socket.socket()
+    held.bind(("127.0.0.1", 0))
+    held.listen()
+    taken = held.getsockname()[1]
+    real, handed = server_module._free_port_pair, []
+
+    def first_one_taken() -> int:
+        handed.append(taken if not handed else real())
+        return handed[-1]
+
+    monkeypatch.setattr(server_module, "_free_port_pair", first_one_taken)
+    try:
+        server.start(buckets=())
+        try:
+            assert taken not in server_ports(server)
+            boto3_client = s3_client(server.settings(direct=True))
+            assert boto3_client.list_buckets()["Buckets"] == []
+        finally:
+            server.stop()
+    finally:
+        held.close()
+    with open(server.log_path) as log:
+        assert "start 1 exited; trying again on other ports" in log.read()

@@ -151,6 +151,13 @@ def sweep_stray_server_files(tmp_dir: str | None = None) -> list[str]:
     return removed
 
 
+_START_ATTEMPTS = 3
+
+
+class _ExitedWhileStarting(LocalS3Error):
+    """weed exited before S3 answered (tried again on other ports, ``LocalS3._start_locked``)."""
+
+
 def _free_port_pair() -> int:
     """A port P such that P and P + 10000 are both free on 127.0.0.1, outside the ephemeral range."""
     try:
@@ -397,6 +404,21 @@ class LocalS3:
             self._ensure_buckets(buckets, timeout_s)
             return status
         self.far_proxy().stop()  # a proxy left in front of a server that is gone
+        # weed exits while starting when a port it was given is taken between our check and its bind (another
+        # server starting beside it, as parallel test workers do); seen once as a panic in `weed mini`'s start-up.
+        # Each later try takes other free ports; a server that cannot start at all fails every try the same way.
+        for attempt in range(1, _START_ATTEMPTS + 1):
+            try:
+                return self._spawn(buckets, timeout_s, self._choose_ports(reuse=attempt == 1))
+            except _ExitedWhileStarting as exc:
+                if attempt == _START_ATTEMPTS:
+                    raise LocalS3Error(f"{exc} ({attempt} starts, each on other free ports)") from exc
+                with open(self.log_path, "ab") as log:
+                    log.write(f"--- start {attempt} exited; trying again on other ports\n".encode())
+        raise AssertionError("unreachable")
+
+    def _spawn(self, buckets: tuple[str, ...], timeout_s: float, ports: dict[str, int]) -> LocalS3Status:
+        """One start of weed on ``ports``: returns once S3 answers and the buckets exist."""
         weed = self.weed()
         creds = self.credentials()
         identities = {"identities": [{
@@ -406,7 +428,6 @@ class LocalS3:
         }]}
         write_private_json(self._path("identities.json"), identities)
         write_security_config(self.dir)  # with CLOSING_FLAGS, keeps other local users out of weed's own ports
-        ports = self._choose_ports()
         data_dir = self._path("data")
         os.makedirs(data_dir, mode=0o700, exist_ok=True)
         logs_dir = self._path("logs")
@@ -441,7 +462,7 @@ class LocalS3:
                 create_time = psutil.Process(child.pid).create_time()
             except psutil.Error:  # it died at once (and was reaped): say why, from its log
                 child.poll()
-                raise LocalS3Error(f"the local S3 server exited at once (status {child.returncode}): "
+                raise _ExitedWhileStarting(f"the local S3 server exited at once (status {child.returncode}): "
                                    f"{self._log_tail() or 'it printed nothing'} (log: {self.log_path})") from None
             write_private_json(self._path("server.json"), {
                 "pid": child.pid, "create_time": create_time, "start_ticks": start_ticks(child.pid),
@@ -454,8 +475,11 @@ class LocalS3:
             raise
         return self.status()
 
-    def _choose_ports(self) -> dict[str, int]:
+    def _choose_ports(self, *, reuse: bool = True) -> dict[str, int]:
+        """A free port pair per component; with ``reuse``, the last start's where still free (a stable endpoint)."""
         previous = (self._read_json("server.json") or {}).get("ports", {})
+        if not reuse:
+            previous = {}
         ports: dict[str, int] = {}
         for component in _COMPONENTS:
             # Keep the endpoint stable across restarts when the old port is still free.
@@ -479,7 +503,7 @@ class LocalS3:
         last = ""
         while time.monotonic() < deadline:
             if child.poll() is not None:
-                raise LocalS3Error(f"the local S3 server exited with status {child.returncode} while starting: "
+                raise _ExitedWhileStarting(f"the local S3 server exited with status {child.returncode} while starting: "
                                    f"{self._log_tail()} (log: {self.log_path})")
             try:
                 client.list_buckets()

@@ -20,7 +20,8 @@ gets an answer from the store saying the object is gone: an exception from it
 (``outage_bound_s``: 120 s, or ``MOUNTCTL_OUTAGE_BOUND_S``) never fails a read.
 While a read is stalled for more than ``STALL_NOTICE_S`` one warning line says the
 store is not answering and the mount is retrying, and one line says when reads
-resumed (one pair per process and outage, however many files are open).
+resumed (one pair per process and outage, however many files are open; a shorter stall in the
+``SAME_OUTAGE_S`` after reads resumed is the outage's tail, as the program's retries back off).
 
 A remount, an outage or a resume can put another version of the object behind the same
 path.  Given a ``VersionPin`` (``pin``), every reopen asks S3 for the object's ETag (one
@@ -61,6 +62,10 @@ T = TypeVar("T")
 _DISTRUST_S = 10.0
 
 STALL_NOTICE_S = 5.0  # a read stalled this long is reported (once per outage and process)
+# After reads resumed, a stall that begins within this long is the same outage's tail: the mount program's
+# requests that failed during it come back through their retry backoff (mount-s3's longest is 20 s), so the
+# next read may wait again. Such a stall is reported only past STALL_NOTICE_S plus this.
+SAME_OUTAGE_S = 30.0
 
 
 class _StoreNotAnswering(TimeoutError):
@@ -83,12 +88,15 @@ def _vanished(path: str) -> FileNotFoundError:
 class _StallWatch:
     """Notices reads that have not returned for ``notice_s``: one line when they stall, one when they resume.
 
+    A stall that begins less than ``same_outage_s`` after reads resumed is the outage's tail (the program's retries
+    catching up), reported only once it has lasted ``notice_s + same_outage_s``: one outage, one pair of lines.
+
     A daemon thread looks at the operations in flight twice a second, so a read blocked in
     the kernel (rclone waits for the store inside the read) is reported while it blocks.
     """
 
-    def __init__(self, notice_s: float = STALL_NOTICE_S) -> None:
-        self.notice_s = notice_s
+    def __init__(self, notice_s: float = STALL_NOTICE_S, same_outage_s: float = SAME_OUTAGE_S) -> None:
+        self.notice_s, self.same_outage_s = notice_s, same_outage_s
         self._pid = -1
         self._reset()
 
@@ -97,6 +105,7 @@ class _StallWatch:
         self._ops: dict[int, tuple[float, str]] = {}
         self._next = 0
         self._stalled_since: float | None = None
+        self._resumed_at: float | None = None  # when the last reported stall ended
         self._thread: threading.Thread | None = None
         self._pid = os.getpid()
 
@@ -118,6 +127,8 @@ class _StallWatch:
             if since is None or started > since:
                 return  # not the read that stalled (a cached read can succeed while the store is down)
             self._stalled_since = None
+            if ok:
+                self._resumed_at = time.monotonic()
         if ok:
             log.warning("S3 store answering again: reads through the mount resumed after %.1fs (%s)",
                         time.monotonic() - since, name)
@@ -129,7 +140,8 @@ class _StallWatch:
                 if self._stalled_since is not None or not self._ops:
                     continue
                 started, name = min(self._ops.values())
-                if time.monotonic() - started < self.notice_s:
+                tail = self._resumed_at is not None and started - self._resumed_at < self.same_outage_s
+                if time.monotonic() - started < self.notice_s + (self.same_outage_s if tail else 0.0):
                     continue
                 self._stalled_since = started
             log.warning("S3 store unreachable or not answering: a read of %s has waited %.0fs; the mount is "

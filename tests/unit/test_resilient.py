@@ -137,3 +137,38 @@ def test_a_stalled_read_is_reported_once_and_its_recovery_once(data_file, caplog
     assert len(lines) == 2, lines
     assert "unreachable" in lines[0] and "retrying" in lines[0] and "MOUNTCTL_OUTAGE_BOUND_S" in lines[0]
     assert "answering again" in lines[1] and "resumed after" in lines[1]
+
+
+def _stall(watch, seconds: float) -> None:
+    token = watch.begin("/mnt/data/a.bin")
+    time.sleep(seconds)  # blocked, as a read inside the mount program waiting for the store
+    watch.end(token, ok=True)
+
+
+def test_a_stall_just_after_reads_resumed_is_the_same_outage_and_is_not_reported_again(caplog):
+    # After an outage the program's failed requests come back through their retry backoff, so a read soon
+    # after the first resumed one may wait again (seen in CI: two pairs of lines for one 8 s outage).
+    from mountctl.mounts import resilient
+
+    watch = resilient._StallWatch(notice_s=0.3, same_outage_s=1.5)
+    with caplog.at_level("WARNING", logger="mountctl"):
+        _stall(watch, 0.9)  # the outage: reported, and its resume
+        _stall(watch, 0.9)  # the retries catching up: the same outage
+        time.sleep(1.6)
+        _stall(watch, 0.9)  # later: another outage, reported
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 4, lines
+    assert ["unreachable" in lines[0], "answering again" in lines[1]] == [True, True]
+    assert ["unreachable" in lines[2], "answering again" in lines[3]] == [True, True]
+
+
+def test_a_long_stall_just_after_reads_resumed_is_reported_all_the_same(caplog):
+    from mountctl.mounts import resilient
+
+    watch = resilient._StallWatch(notice_s=0.3, same_outage_s=0.6)
+    with caplog.at_level("WARNING", logger="mountctl"):
+        _stall(watch, 0.8)
+        _stall(watch, 1.6)  # past notice_s + same_outage_s: the store went again, or never came back
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 4, lines
+    assert "unreachable" in lines[2] and "answering again" in lines[3]

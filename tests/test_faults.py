@@ -24,6 +24,7 @@ from mountctl import Mount, MountSpec, open_resilient
 from mountctl.local_s3.server import LocalS3
 from mountctl.mounts.mounttable import find_mount
 from mountctl.s3 import client as s3_client
+from mountctl.shared.client import stop_bound_s
 
 from conftest import make_bucket, mount_programs, require_fuse
 
@@ -221,7 +222,9 @@ def test_owner_signal_unmounts_and_stops_children(signum, shared, s3_env, big_ob
     owner, daemon = _start_owner(f"s3://{big_object[0]}/", directory, shared)
     try:
         owner.send_signal(signum)  # SIGINT's KeyboardInterrupt traceback on stderr is expected
-        owner.wait(timeout=15)
+        # The owner's release waits for the teardown as long as the product allows it (stop_bound_s: the unmount,
+        # a busy mount's grace, the program's exit); 15 s, less than that, ran out once in CI on a loaded machine.
+        owner.wait(timeout=stop_bound_s(MountSpec(uri=f"s3://{big_object[0]}/", mount_dir=directory)) + 5)
     finally:
         if owner.poll() is None:  # it did not stop: never leave it holding its mount for the tests after this one
             owner.kill()

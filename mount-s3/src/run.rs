@@ -14,10 +14,11 @@ use mountpoint_s3_fs::memory::{CandidateSize, PagedPool};
 use mountpoint_s3_fs::s3::S3Personality;
 use mountpoint_s3_fs::{Runtime, Superblock, SuperblockConfig, metrics};
 
-use crate::ahead::{Listing, ReadAhead};
+use crate::ahead::{Listing, ReadAhead, page_cache_guess};
 use crate::build_info;
 use crate::cli::{CACHE_BLOCK_SIZE, CliArgs};
 use crate::daemon::{self, StatusSocket};
+use crate::keep_cache::KeepCache;
 use crate::list_on_lookup::ListOnLookup;
 use crate::{fuse_session, manifest};
 
@@ -117,7 +118,11 @@ pub fn mount(args: &CliArgs, before_changes: &dyn Fn() -> anyhow::Result<()>) ->
         }
         None => None,
     };
-    let read_ahead = args.read_ahead_config(memory_limit.bytes() as u64).map(ReadAhead::new);
+    // Where the kernel keeps pages across opens, what it most likely holds is not read ahead (kernel_held.rs).
+    let kernel_keeps = if args.keep_cache() == KeepCache::Off { 0 } else { page_cache_guess() };
+    let read_ahead = args
+        .read_ahead_config(memory_limit.bytes() as u64)
+        .map(|config| ReadAhead::new(config.kernel_keeping(kernel_keeps)));
     // A list mount's lookups never reach S3: nothing to list for them.
     let list_on_lookup = args.list_on_lookup().filter(|_| listed.is_none()).map(ListOnLookup::new);
     let parts = fuse_session::Parts {

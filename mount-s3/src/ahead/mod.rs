@@ -40,9 +40,12 @@ use mountpoint_s3_fs::prefetch::CursorId;
 
 mod entry;
 mod first_get;
+mod kernel_held;
 mod listing;
 use entry::{Entry, Found, fetch_range};
 pub use first_get::{FromStart, WholeFirstGet};
+use kernel_held::KernelHeld;
+pub use kernel_held::page_cache_guess;
 pub use listing::Listing;
 
 /// How far and how much to read ahead.
@@ -60,6 +63,9 @@ pub struct AheadConfig {
     pub pending_for: Duration,
     /// Which objects read from offset 0 get their first GET whole (first_get.rs), from the same budget.
     pub whole_first: WholeFirstGet,
+    /// The bytes of objects read through that the kernel is taken to hold in its page cache, which the read
+    /// ahead leaves out (kernel_held.rs); 0 where the kernel keeps no pages across opens.
+    pub kernel_keeps: u64,
 }
 
 impl AheadConfig {
@@ -75,7 +81,13 @@ impl AheadConfig {
             unread_for: Duration::from_secs(30),
             pending_for: Duration::from_secs(30),
             whole_first,
+            kernel_keeps: 0,
         }
+    }
+
+    /// The same, on a mount whose kernel keeps up to `bytes` of pages across opens (keep_cache.rs).
+    pub fn kernel_keeping(self, bytes: u64) -> Self {
+        Self { kernel_keeps: bytes, ..self }
     }
 
     /// False when neither the read-ahead across files nor the whole first GET has anything to do.
@@ -109,6 +121,8 @@ struct State {
     /// Keys with a read at offset 0 under way, and how many (first_get.rs): the whole first GET is for them,
     /// and the read ahead across files leaves them to their reader.
     from_start: HashMap<String, usize>,
+    /// Objects read through to their end, whose pages the kernel most likely still holds (kernel_held.rs).
+    kernel_held: KernelHeld,
 }
 
 impl State {
@@ -157,7 +171,8 @@ pub struct ReadAhead {
 impl ReadAhead {
     /// A read-ahead with nothing known yet, and a thread that drops stale entries until it is dropped.
     pub fn new(config: AheadConfig) -> Arc<Self> {
-        let ahead = Arc::new(Self { config, state: Mutex::new(State::default()) });
+        let state = State { kernel_held: KernelHeld::new(config.kernel_keeps), ..State::default() };
+        let ahead = Arc::new(Self { config, state: Mutex::new(state) });
         let weak = Arc::downgrade(&ahead);
         // A thread, not a task: the crates' runtime has no timer. It ends within a second of the mount.
         let spawned =
@@ -230,8 +245,11 @@ impl ReadAhead {
             // A reader already at its first bytes fetches it itself (its read found nothing held): a GET ahead
             // would be a second GET of the same object.
             let being_read = state.from_start.contains_key(&candidate);
+            // Its next open is served by the kernel's pages: the mount would fetch bytes nobody asks it for.
+            let kernel_has = state.kernel_held.holds(&candidate, &object.etag);
             if cached_behind
                 || being_read
+                || kernel_has
                 || state.entries.contains_key(&candidate)
                 || object.size == 0
                 || object.size > self.config.largest
@@ -294,6 +312,11 @@ impl ReadAhead {
             state.behind_has.clear();
         }
         state.behind_has.insert(id.key().to_string(), id.etag().as_str().to_string());
+    }
+
+    /// Notes that a read of `id` reached its last block: the kernel now holds its pages (when it keeps any).
+    fn read_through(&self, id: &ObjectId, size: u64) {
+        self.state().kernel_held.read_through(id.key(), id.etag().as_str(), size);
     }
 
     /// Drops entries unread for too long, and fetches under way for too long.
@@ -442,6 +465,9 @@ where
     ) -> DataCacheResult<Option<ChecksummedBytes>> {
         if block_idx == 0 {
             self.start_after(cache_key.key());
+        }
+        if block_offset + self.block_size >= object_size as u64 {
+            self.ahead.read_through(cache_key, object_size as u64);
         }
         if let Some(block) = self.held_block(cache_key, block_idx, block_offset, object_size).await {
             return Ok(Some(block));

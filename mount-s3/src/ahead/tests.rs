@@ -46,6 +46,11 @@ fn setup_with(objects: usize, width: usize, budget: u64, whole_first: WholeFirst
 
 /// The objects in S3 and the read-ahead, with no order known yet.
 fn setup_unlisted(objects: usize, width: usize, budget: u64, whole_first: WholeFirstGet) -> Setup {
+    setup_keeping(objects, width, budget, whole_first, 0)
+}
+
+/// The same, on a mount whose kernel keeps up to `kernel_keeps` bytes of pages across opens.
+fn setup_keeping(objects: usize, width: usize, budget: u64, whole_first: WholeFirstGet, kernel_keeps: u64) -> Setup {
     // Backpressure on with a window of one part: an ahead GET must open the window itself.
     let client = Arc::new(
         MockClient::config()
@@ -69,6 +74,7 @@ fn setup_unlisted(objects: usize, width: usize, budget: u64, whole_first: WholeF
         unread_for: Duration::from_secs(30),
         pending_for: Duration::from_secs(5),
         whole_first,
+        kernel_keeps,
     };
     let ahead = ReadAhead::new(config);
     let runtime = Runtime::new(ThreadPool::builder().pool_size(2).create().expect("a thread pool"));
@@ -79,6 +85,14 @@ fn setup_unlisted(objects: usize, width: usize, budget: u64, whole_first: WholeF
 impl Setup {
     fn id(&self, index: usize) -> ObjectId {
         ObjectId::new(key(index), self.etags[index].clone())
+    }
+
+    /// Every block of the object asked of the cache, as the prefetcher does when it reads a file through (a
+    /// block the cache lacks it then fetches itself).
+    fn read_through(&self, id: &ObjectId) {
+        for block in 0..(SIZE as u64).div_ceil(BLOCK) {
+            let _ = block_on(self.cache.get_block(id, block, block * BLOCK, SIZE, None)).expect("no cache error");
+        }
     }
 
     /// The whole object as the cache serves it, block by block; None at the first block it lacks.
@@ -236,6 +250,35 @@ fn an_object_its_reader_fetches_into_the_disk_cache_is_not_fetched_ahead_meanwhi
     let entries = &setup.ahead.state().entries;
     assert!(!entries.contains_key(&key(1)), "object 1 was fetched ahead while its reader fetched it");
     assert!(entries.contains_key(&key(2)));
+}
+
+#[test]
+fn objects_the_kernel_holds_from_an_earlier_read_are_not_fetched_ahead_again() {
+    // The kernel keeps two objects' pages. An epoch reads 0..5 in order (4 and 3 are the newest held), then
+    // object 2 lost some pages, so one read of it reaches the mount.
+    let no_whole_get = WholeFirstGet { up_to: 0, above: 0 };
+    let setup = setup_keeping(5, 2, 1 << 20, no_whole_get, 2 * SIZE as u64);
+    setup.ahead.know_order((0..5).map(|index| (key(index), setup.etags[index].as_str(), SIZE as u64)));
+    for index in 0..5 {
+        setup.read_through(&setup.id(index));
+    }
+    setup.ahead.sweep(std::time::Instant::now() + Duration::from_secs(31)); // the first epoch's entries, unread
+    let gets = setup.client.new_counter(Operation::GetObject);
+    setup.read_through(&setup.id(2));
+    assert!(setup.ahead.state().entries.is_empty(), "objects the kernel holds (3 and 4) were fetched ahead");
+    assert_eq!(gets.count(), 0);
+    // Past the bound an object read through long ago counts as reclaimed: a read of 0 fetches 1 ahead, and not
+    // 2, just read through.
+    setup.read_through(&setup.id(0));
+    assert!(setup.ahead.state().entries.contains_key(&key(1)));
+    assert!(!setup.ahead.state().entries.contains_key(&key(2)), "object 2 was just read through");
+    // A new version of a held object is not the one whose pages the kernel has: it is fetched ahead.
+    let data = body(42);
+    let etag = ETag::from_object_bytes(&data);
+    setup.client.add_object(&key(2), MockObject::from_bytes(&data, etag.clone()));
+    setup.ahead.know_order([(key(1), setup.etags[1].as_str(), SIZE as u64), (key(2), etag.as_str(), SIZE as u64)]);
+    setup.read_through(&setup.id(1));
+    assert!(setup.ahead.state().entries.contains_key(&key(2)), "the replaced object was not fetched ahead");
 }
 
 /// The whole first GET on for objects over one block and up to `SIZE`, with nothing read ahead across files.

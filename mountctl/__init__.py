@@ -38,6 +38,7 @@ from .mounts.object_list import ListedObject, read_object_list, write_object_lis
 from .mounts.object_version import VersionPin
 from .mounts.resilient import open_resilient
 from .mounts.spec import BACKEND_NAMES, MountSpec
+from .mounts.warm import available_memory_bytes
 from .observability import status
 from .paths import private_dir
 from .redaction import redact
@@ -55,6 +56,7 @@ __all__ = [
     "cache_options",
     "mount_cache_dir",
     "private_dir",
+    "available_memory_bytes",
     "Mount",
     "SharedMount",
     "MountHandle",

@@ -73,8 +73,9 @@ def _parser() -> argparse.ArgumentParser:
     warm.add_argument("--warm", nargs="?", const="all", metavar="LIST",
                       help="once mounted, read files into the cache in the background, ahead of the loader: every "
                            "file (no LIST, or 'all') or those listed in the file LIST, one path per line relative "
-                           "to the prefix; needs --cache-dir; only what fits the cache.  Without it a mount-s3 "
-                           "mount with --cache-dir warms the whole tree when all of it fits the cache, else nothing")
+                           "to the prefix; only what fits the cache: --cache-dir's, or with none, on mountctl's "
+                           "mount-s3 read only, the page cache (a quarter of the available memory).  Without it a "
+                           "mount-s3 mount warms the whole tree when all of it fits that, else nothing")
     warm.add_argument("--no-warm", dest="warm", action="store_const", const="off",
                       help="no warm at all, not even mount-s3's automatic one")
     m.add_argument("--objects", metavar="LIST",
@@ -165,9 +166,20 @@ def _mount_spec(args: argparse.Namespace) -> MountSpec:
     )
     if args.extra_arg and args.backend == "auto":
         raise MountctlError("--extra-arg needs an explicit --backend: the arguments differ per program")
-    if args.warm not in (None, "off") and not args.cache_dir:
-        raise InvalidSpec("--warm reads files into the mount's data cache: add --cache-dir")
+    if args.warm not in (None, "off") and not args.cache_dir and not _keeps_pages(spec):
+        raise InvalidSpec("--warm reads files into the mount's data cache: add --cache-dir (with no cache, only "
+                          "mountctl's own mount-s3 on a read-only mount keeps what a warm reads, in the page cache)")
     return spec
+
+
+def _keeps_pages(spec: MountSpec) -> bool:
+    """The program this spec mounts with keeps the kernel's page cache across opens (``Backend.keeps_pages``)."""
+    from .mounts.backends import choose_backend
+
+    try:
+        return choose_backend(spec.backend).keeps_pages(spec)
+    except MountctlError:
+        return False  # no such program: the mount itself says so
 
 
 def configure(argv: list[str]) -> argparse.Namespace:
@@ -182,6 +194,7 @@ def configure(argv: list[str]) -> argparse.Namespace:
 
 
 def _cmd_mount(args: argparse.Namespace) -> int:
+    from .mounts.backends import get_backend
     from .mounts.warm import WARM_AUTO, read_listing, warm_for
     from .shared import acquire
 
@@ -193,9 +206,11 @@ def _cmd_mount(args: argparse.Namespace) -> int:
 
         read_object_list(spec.objects)  # likewise for a list of objects
     handle = acquire(spec, pinned=True, watchdog=not args.no_watchdog)
-    warm = warm_for(spec.warm, handle.backend, bool(spec.cache_dir))
-    warming = ("" if not warm else "; warming its cache in the background, if all of it fits (--no-warm: off)"
-               if warm == WARM_AUTO else "; warming its cache in the background")
+    keeps_pages = get_backend(handle.backend).keeps_pages(spec)
+    warm = warm_for(spec.warm, handle.backend, bool(spec.cache_dir), keeps_pages)
+    into = "its cache" if spec.cache_dir or not keeps_pages else "the page cache"
+    warming = ("" if not warm else f"; warming {into} in the background, if all of it fits (--no-warm: off)"
+               if warm == WARM_AUTO else f"; warming {into} in the background")
     listed = f"; its listed objects are in {spec.data_dir}" if spec.objects else ""
     print(f"mounted {spec.uri} at {spec.mount_dir} with {handle.backend} (pid {handle.pid}){warming}{listed}; "
           f"unmount with: mountctl unmount {shlex.quote(spec.mount_dir)}")

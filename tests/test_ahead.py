@@ -61,7 +61,7 @@ def _read_through_a_remount(path: str, timeout_s: float = 60.0) -> bytes:
 
 
 def test_reading_a_listed_directory_in_order_fetches_ahead_and_each_object_once(store, contents, mount_root):
-    with mountctl.mount(store.uri, str(mount_root / "m"), backend="mount-s3", shared=False,
+    with mountctl.mount(store.uri, str(mount_root / "m"), backend="mount-s3", shared=False, warm="off",
                         settings=store.settings) as mounted:
         names = sorted(os.listdir(mounted.path))
         assert names == store.names
@@ -82,7 +82,7 @@ def test_a_reader_that_opens_files_by_name_without_listing_gets_them_read_ahead_
     # A list of paths, an index, `shard-{000..099}.tar`: no readdir, a lookup per file. mount-s3 lists the
     # directory once at the first file it finds, so the reads in that order are read ahead all the same, and the
     # later lookups are answered from that listing.
-    with mountctl.mount(store.uri, str(mount_root / "m"), backend="mount-s3", shared=False,
+    with mountctl.mount(store.uri, str(mount_root / "m"), backend="mount-s3", shared=False, warm="off",
                         settings=store.settings) as mounted:
         before = store.mark()
         for name in store.names[:2]:  # the first read may come before the listing is in; the second follows it
@@ -110,7 +110,7 @@ def test_an_object_replaced_after_it_was_fetched_ahead_is_read_new(store, conten
     s3 = s3_client(store.settings)
     # Metadata as fresh as the kernel allows: the open looks the object up again and sees the new ETag.
     with mountctl.mount(store.uri, str(mount_root / "m"), backend="mount-s3", shared=False, settings=store.settings,
-                        metadata_ttl_s=0) as mounted:
+                        metadata_ttl_s=0, warm="off") as mounted:
         os.listdir(mounted.path)
         before = store.mark()
         _read(os.path.join(mounted.path, store.names[0]))
@@ -133,7 +133,7 @@ def test_on_a_list_mount_an_object_replaced_before_it_is_read_ahead_is_refused_a
     listing = s3.list_objects_v2(Bucket=store.bucket, Prefix=PREFIX)["Contents"]
     objects = write_object_list(ListedObject(o["Key"][len(PREFIX):], o["ETag"], o["Size"]) for o in listing)
     replaced = store.names[3]
-    with mountctl.mount(store.uri, str(mount_root / "m"), objects=objects, shared=False,
+    with mountctl.mount(store.uri, str(mount_root / "m"), objects=objects, shared=False, warm="off",
                         settings=store.settings) as mounted:
         s3.put_object(Bucket=store.bucket, Key=PREFIX + replaced, Body=os.urandom(SIZE))
         try:
@@ -160,7 +160,7 @@ def test_on_a_list_mount_an_object_replaced_before_it_is_read_ahead_is_refused_a
 
 def test_kill_9_of_mount_s3_mid_read_recovers_with_every_file_read_once_right(store, contents, mount_root):
     got: dict[str, bytes] = {}
-    with mountctl.mount(store.uri, str(mount_root / "m"), backend="mount-s3", shared=False,
+    with mountctl.mount(store.uri, str(mount_root / "m"), backend="mount-s3", shared=False, warm="off",
                         settings=store.settings) as mounted:
         names = sorted(os.listdir(mounted.path))
         first_pid = mounted.pid

@@ -71,7 +71,7 @@ def _read(path: str, offset: int = 0, size: int = -1) -> bytes:
 
 def _mount(store: LoggedStore, mount_root: Path, *flags: str) -> contextlib.AbstractContextManager[mountctl.MountHandle]:
     return mountctl.mount(store.uri, str(mount_root / "m"), backend="mount-s3", shared=False, settings=store.settings,
-                          extra_args={"mount-s3": flags})
+                          extra_args={"mount-s3": flags}, warm="off")
 
 
 def test_a_file_read_whole_from_offset_0_costs_one_get_of_the_whole_object(store, ours, mount_root):

@@ -75,8 +75,9 @@ def test_an_s3_outage_shorter_than_the_bound_is_waited_out_and_reported(backend,
     # the file really needs the store (s3fs takes the last -o value given).
     small_read_ahead = {"rclone": ["--vfs-read-chunk-streams", "0", "--buffer-size", "8M"],
                         "s3fs": ["-o", "parallel_count=2"]}
+    # No warm: it would read the object into memory before the outage, and the reader would never meet it.
     spec = MountSpec(uri="s3://outage/", mount_dir=str(mount_root / "m"), backend=backend,
-                     extra_args=small_read_ahead)
+                     extra_args=small_read_ahead, warm="off")
     with Mount(spec, watchdog=True, watchdog_interval_s=1.0) as m:
         # Round 1: the store goes before the reader resumes; round 2: while it streams.
         for round_, (stop_after_go, key) in enumerate(zip((False, True), KEYS, strict=True), 1):

@@ -67,6 +67,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--sampler", action="store_true", help="mounts read through ReadAheadSampler")
     parser.add_argument("--no-warm-routes", action="store_true", help="only the mounts without a warm beside them")
+    parser.add_argument("--no-cache-dir", action="store_true",
+                        help="mounts without a data cache, as a plain `mountctl mount` (a warm then fills only the "
+                             "kernel's page cache, which mountctl's mount-s3 keeps across opens)")
     parser.add_argument("--max-threads", type=int, action="append", default=[],
                         help="mount-s3's --max-threads (FUSE threads; 16 by default): one mount-s3 route per value")
     parser.add_argument("--sampler-threads", type=int, action="append", default=[],
@@ -110,8 +113,10 @@ def main() -> None:
                         figures = epochs(lambda d=dataset: shuffled_loader(d, args.workers, args.batch))
                     else:
                         spec = MountSpec(uri="s3://mountctl/std/", mount_dir=os.path.join(home, "mnt"),
-                                         backend=backend, cache_dir=os.path.join(home, "cache"),
-                                         cache_size_mb=1024, warm="off",  # the warm, if any, is the Warmer below
+                                         backend=backend,
+                                         cache_dir=None if args.no_cache_dir else os.path.join(home, "cache"),
+                                         cache_size_mb=None if args.no_cache_dir else 1024,
+                                         warm="off",  # the warm, if any, is the Warmer below
                                          extra_args={backend: flags} if flags else {})
                         with Mount(spec, settings=settings) as mount:
                             root = os.path.join(mount.path, "train")

@@ -48,7 +48,7 @@ from .mounttable import MountEntry, find_mount, read_mount_table
 from .object_list import sweep_unused_lists
 from .probe import probe_path
 from .spec import MountSpec
-from .warm import WARM_AUTO, Warmer, WarmReport, cache_budget_bytes, read_listing, warm_for
+from .warm import WARM_AUTO, Warmer, WarmReport, cache_budget_bytes, page_cache_budget_bytes, read_listing, warm_for
 from .watchdog import MAX_RESTARTS, WATCHDOG_INTERVAL_S, Watchdog
 
 __all__ = ["Mount", "DirectoryGuard", "check_mount_dir", "set_default_guard"]
@@ -261,7 +261,8 @@ class Mount:
             self.memory_mb, self.memory_note = self._backend.memory_bound(self.spec)
             if self.memory_note:
                 log.warning("%s: %s", self.path, self.memory_note)
-            self._warm = warm_for(self.spec.warm, self._backend.name, bool(self.spec.cache_dir))
+            self._warm = warm_for(self.spec.warm, self._backend.name, bool(self.spec.cache_dir),
+                                  self._backend.keeps_pages(self.spec))
             warm_list = read_listing(self._warm) if self._warm else None  # a bad list fails here, early
             self._hold_object_list()
             scratch.sweep_abandoned_workdirs()
@@ -296,6 +297,10 @@ class Mount:
         """Read the listed files into the program's cache in the background (``mountctl.mounts.warm``)."""
         automatic = self._warm == WARM_AUTO
         budget = cache_budget_bytes(self._cache_plan.size_mb if self._cache_plan else None)
+        into = "the cache"
+        if budget is None and self._backend is not None and self._backend.keeps_pages(self.spec):
+            # No data cache, but the kernel keeps the pages the warm reads for the loader's opens.
+            budget, into = page_cache_budget_bytes(), "the page cache"
         if budget is None:
             if not automatic:
                 self.report("warm-skipped", "the mount has no data cache to warm: give it cache_dir (--cache-dir)")
@@ -308,8 +313,8 @@ class Mount:
 
         what = "every file" if names is None else f"{len(names)} files"
         if automatic:
-            what += " if all of them fit (automatic for mount-s3 with a cache; warm='off' or --no-warm stops it)"
-        self.report("warming", f"{what} into the cache")
+            what += " if all of them fit (automatic for mount-s3; warm='off' or --no-warm stops it)"
+        self.report("warming", f"{what} into {into} ({budget / 1e6:.0f} MB at most)")
         # Paths are relative to the prefix: under the mount point, or for a list of objects the directory it serves
         self._warmer = Warmer(self.spec.data_dir, names, budget_bytes=budget, only_if_fits=automatic
                               ).in_background(done)

@@ -14,6 +14,10 @@ cache is read (listing order), since warming more would evict what was warmed fi
 ``auto`` (what a mount-s3 mount with a data cache does when nobody says, see ``warm_for``) warms the whole tree
 only when all of it fits the cache: the walk stops at the first file past the budget and reads nothing, so a mount
 of a bucket far larger than its cache costs a bounded listing and no GET.
+
+A mount with no data cache whose program keeps the kernel's page cache across opens (mountctl's mount-s3, read
+only) is warmed the same way into the page cache, within a quarter of the memory the node has available
+(``page_cache_budget_bytes``): the loader's later open of a warmed file is answered from memory.
 """
 
 from __future__ import annotations
@@ -35,8 +39,8 @@ from ..processes import CHILD_CWD, kill_group, python_child_env, python_module_a
 from ..teardown import spawn_with_parent_death_signal
 from .backends import get_backend
 
-__all__ = ["WarmReport", "Warmer", "warm", "read_listing", "cache_budget_bytes", "warm_for", "WARM_ALL",
-           "WARM_AUTO", "WARM_OFF", "DEFAULT_WORKERS"]
+__all__ = ["WarmReport", "Warmer", "warm", "read_listing", "cache_budget_bytes", "page_cache_budget_bytes",
+           "available_memory_bytes", "warm_for", "WARM_ALL", "WARM_AUTO", "WARM_OFF", "DEFAULT_WORKERS"]
 
 # Reads in flight: enough to hide a far store's tens of ms per request behind each other, few enough
 # for a mount program on two cores (each read is one open and one GET through the mount).
@@ -47,6 +51,9 @@ WARM_AUTO = "auto"  # the whole tree when it fits the cache, else nothing
 WARM_OFF = "off"
 # The share of the cache that warming may fill: the rest stays for what the loader reads beside it.
 _CACHE_SHARE = 0.9
+# The share of the node's available memory a warm into the page cache may fill: the loader's own processes, its
+# decoded batches and the mount program need the rest, and the kernel would evict the first files warmed.
+_PAGE_CACHE_SHARE = 0.25
 _CHUNK = 1 << 20
 _KILL_WAIT_S = 10.0
 
@@ -93,9 +100,10 @@ class WarmReport:
         return asdict(self)
 
 
-def warm_for(asked: str | None, program: str, has_cache: bool) -> str | None:
+def warm_for(asked: str | None, program: str, has_cache: bool, keeps_pages: bool = False) -> str | None:
     """The warm a mount gets: what was asked (``all``, ``auto`` or a list file), nothing for ``off``, and when
-    nothing was asked ``auto`` for a mount-s3 mount with a data cache.
+    nothing was asked ``auto`` for a mount-s3 mount with a data cache, or with none where the program keeps the
+    kernel's page cache across opens (``keeps_pages``: ``Backend.keeps_pages``).
 
     Why mount-s3 and not the others: Mountpoint's prefetcher never reads across files, so a standard loader's cold
     first epoch waits one round trip per file (DLIO's AU falls without the warm: BENCHMARKS.md, "DLIO", routes
@@ -106,7 +114,7 @@ def warm_for(asked: str | None, program: str, has_cache: bool) -> str | None:
         return None
     if asked is not None:
         return asked
-    return WARM_AUTO if has_cache and get_backend(program).warms_by_itself else None
+    return WARM_AUTO if (has_cache or keeps_pages) and get_backend(program).warms_by_itself else None
 
 
 def read_listing(listing: str) -> list[str] | None:
@@ -341,6 +349,23 @@ def _child_main(argv: list[str]) -> int:
 def cache_budget_bytes(cache_size_mb: int | None) -> int | None:
     """How much of a cache of ``cache_size_mb`` warming may fill (None: no cache, nothing to warm into)."""
     return int(cache_size_mb * (1 << 20) * _CACHE_SHARE) if cache_size_mb else None
+
+
+def available_memory_bytes() -> int:
+    """MemAvailable from /proc/meminfo (what the page cache can hold beside what runs); 1 GiB where unknown."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 1 << 30
+
+
+def page_cache_budget_bytes(available_bytes: int | None = None) -> int:
+    """How much a warm into the kernel's page cache may read: a quarter of the node's available memory."""
+    return int((available_memory_bytes() if available_bytes is None else available_bytes) * _PAGE_CACHE_SHARE)
 
 
 if __name__ == "__main__":

@@ -482,7 +482,7 @@ def test_the_readme_shows_both_commands_and_ci_runs_the_test_one() -> None:
     # what parses but the command refuses before it starts (the dry run); placeholders stand for valid values
     ("python resnet.py make s3://BUCKET/PREFIX/", "required: --num-images"),
     ("python resnet.py train s3://BUCKET/p/ --batch-size 0", "--batch-size must be at least 1"),
-    ("mountctl mount s3://my-bucket/ <dir> --warm", "add --cache-dir"),
+    ("mountctl mount s3://my-bucket/ <dir> --warm --backend rclone", "add --cache-dir"),
     ("mountctl local-s3 start --latency-ms 30", "add --profile far"),
     ("bash benchmarks/bench.sh --far-latency-ms -1", "far profile: latency_ms"),
 ])

@@ -65,14 +65,30 @@ def test_a_warm_list_names_paths_relative_to_the_mount(tmp_path):
         read_listing(str(tmp_path / "absent.txt"))
 
 
-def test_cli_refuses_warm_without_a_cache(tmp_path, capsys):
-    assert main(["mount", "s3://data-bucket/train/", str(tmp_path / "m"), "--warm"]) == 1
+def test_cli_refuses_warm_without_a_cache_where_nothing_would_keep_what_it_reads(tmp_path, capsys):
+    from mountctl.cli import configure
+    from mountctl.mounts.backends import BACKENDS
+
+    uri, where = "s3://data-bucket/train/", str(tmp_path / "m")
+    assert main(["mount", uri, where, "--warm", "--backend", "rclone"]) == 1
     assert "add --cache-dir" in capsys.readouterr().err
+    # A read-write mount keeps no pages for a warm, whatever the program.
+    assert main(["mount", uri, where, "--warm", "--backend", "mount-s3", "--read-write"]) == 1
+    assert "add --cache-dir" in capsys.readouterr().err
+    # mountctl's own mount-s3, read only, keeps them in the page cache: the warm goes there.
+    ours = BACKENDS["mount-s3"].available() and BACKENDS["mount-s3"].version().startswith("mount-s3 built from")
+    if ours:
+        assert configure(["mount", uri, where, "--warm", "--backend", "mount-s3"]).warm == "all"
+    else:
+        assert main(["mount", uri, where, "--warm", "--backend", "mount-s3"]) == 1
 
 
 def test_nothing_asked_warms_a_mount_s3_mount_with_a_cache_and_nothing_else(tmp_path):
     assert warm_for(None, "mount-s3", has_cache=True) == "auto"
     assert warm_for(None, "mount-s3", has_cache=False) is None  # no cache: nothing to warm into
+    # ... unless the kernel keeps the pages the warm reads (mountctl's mount-s3, read only)
+    assert warm_for(None, "mount-s3", has_cache=False, keeps_pages=True) == "auto"
+    assert warm_for("off", "mount-s3", has_cache=False, keeps_pages=True) is None
     assert warm_for(None, "rclone", has_cache=True) is None and warm_for(None, "s3fs", has_cache=True) is None
     assert warm_for("off", "mount-s3", has_cache=True) is None
     assert warm_for("all", "rclone", has_cache=True) == "all"

@@ -102,6 +102,11 @@ class Backend:
     def _extra(self, spec: MountSpec) -> list[str]:
         return list(spec.extra_args.get(self.name, ()))
 
+    def keeps_pages(self, spec: MountSpec) -> bool:
+        """The kernel keeps a file's pages across opens of this mount (mountctl's mount-s3, keep_cache.rs), so that
+        with no data cache a warm can still fill memory for the loader's later opens (``warm.warm_for``)."""
+        return False
+
 
 def cache_plan(spec: MountSpec, workdir: str) -> CachePlan | None:
     """The cache this spec's program gets (``cache.plan_cache``: the one rule for every program), or None."""

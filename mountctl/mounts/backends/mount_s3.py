@@ -99,6 +99,16 @@ class MountS3(Backend):
             env["TMPDIR"] = tmp
         return env
 
+    def keeps_pages(self, spec: MountSpec) -> bool:
+        """Our build keeps them unless told not to. Only a read-only mount counts: a read-write one (checkpoints)
+        would have a warm read every earlier save into memory."""
+        if not spec.read_only or "--no-keep-cache" in self._extra(spec):
+            return False
+        try:
+            return self._ours(self._executable_for(spec))
+        except BackendNotFound:
+            return False
+
     def _ours(self, executable: str) -> bool:
         """mountctl's build on AWS's crates, which takes our own prefetcher flags; AWS's mount-s3 does not."""
         return self.version(executable).startswith("mount-s3 built from ")

@@ -52,6 +52,7 @@ from collections.abc import Callable, Iterable, Iterator, Sized
 from dataclasses import dataclass, field
 from typing import Any
 
+from mountctl import available_memory_bytes
 from mountctl.pytorch.errors import DatasetError
 
 __all__ = ["ReadAheadSampler", "ReadAheadReport", "SampleFile", "sample_files", "default_bounds",
@@ -102,23 +103,11 @@ def _ranged(path: str, ref: Any) -> SampleFile:
     return SampleFile(path, ref.offset or 0, ref.length)
 
 
-def _available_bytes() -> int:
-    """MemAvailable from /proc/meminfo (where the page cache keeps what is read ahead); 1 GiB where unknown."""
-    try:
-        with open("/proc/meminfo", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return 1 << 30
-
-
 def default_bounds(available_bytes: int | None = None) -> tuple[int, int]:
     """(samples, bytes) read ahead by default: a sixteenth of the node's available memory (64 MiB to 2 GiB),
     so that what was read is still cached when the worker opens it, and one sample per 64 KiB of that (256 to
     8,192), the count that bounds the look-ahead before any file's size is known."""
-    available = _available_bytes() if available_bytes is None else available_bytes
+    available = available_memory_bytes() if available_bytes is None else available_bytes
     budget = min(max(available // 16, 64 << 20), 2 << 30)
     return min(max(budget // (64 << 10), 256), 8192), budget
 

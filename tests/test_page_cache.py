@@ -81,6 +81,24 @@ def test_a_second_read_of_the_same_files_sends_nothing(store, mount_root):
     assert second == {}, f"the second read should come from the kernel's pages: {second}"
 
 
+def test_a_readers_opens_and_closes_write_nothing_to_the_mounts_log(store, mount_root):
+    """Python's open() asks isatty() of every file (an ioctl through FUSE), and each close() flushes: fuser's default
+    answers would log a warning for each, a million lines an epoch on ImageNet. mount-s3 answers them itself."""
+    with Mount(_spec(store, mount_root), settings=store.settings) as mount:
+        _epoch(store, mount.path)
+        _read_again(store, mount.path)
+        assert mount.log_path is not None
+        logs = os.path.dirname(mount.log_path)
+        own = [name for name in sorted(os.listdir(logs)) if name.startswith("mountpoint-s3-")]
+        assert own, f"no log file of mount-s3's own in {logs}: {os.listdir(logs)}"
+        text = ""
+        for name in own:
+            with open(os.path.join(logs, name), errors="replace") as f:
+                text += f.read()
+    noted = [line for line in text.splitlines() if "Not Implemented" in line or "flush failed" in line]
+    assert not noted, f"{len(noted)} lines, the first: {noted[0]}"
+
+
 def test_without_the_kept_pages_every_open_reads_again(store, mount_root):
     spec = _spec(store, mount_root, extra_args={"mount-s3": ("--no-keep-cache",)})
     with Mount(spec, settings=store.settings) as mount:

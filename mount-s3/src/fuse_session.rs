@@ -101,9 +101,12 @@ where
     };
     let opened = OpenedVersions::default();
     let metablock = Witnessed::new(metablock, opened.clone());
+    let read_only = parts.filesystem.read_only;
     let fs = S3Filesystem::new(parts.client, prefetcher, parts.pool, parts.runtime, metablock, parts.filesystem);
     let kernel: KernelLink = Arc::new(OnceLock::new());
-    (KeepCacheFs::new(fs, opened, parts.keep_cache, kernel.clone(), from_start, parts.list_on_lookup), kernel)
+    let adapter =
+        KeepCacheFs::new(fs, opened, parts.keep_cache, kernel.clone(), from_start, parts.list_on_lookup, read_only);
+    (adapter, kernel)
 }
 
 /// Who may use a mount made on a FUSE descriptor someone else mounted: fuser's own rule for its mounts.

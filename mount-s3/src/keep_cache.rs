@@ -29,7 +29,7 @@ use bytes::Bytes;
 use fuser::consts::{FOPEN_DIRECT_IO, FOPEN_KEEP_CACHE};
 use fuser::{
     Filesystem, KernelConfig, ReplyAttr, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry,
-    ReplyOpen, ReplyStatfs, ReplyWrite, Request, TimeOrNow,
+    ReplyIoctl, ReplyOpen, ReplyStatfs, ReplyWrite, Request, TimeOrNow,
 };
 use futures::executor::block_on;
 use mountpoint_s3_client::ObjectClient;
@@ -141,6 +141,7 @@ where
     kernel: KernelLink,
     from_start: Option<ReadsFromStart>,
     listings: Option<ListOnLookup>,
+    read_only: bool,
 }
 
 /// With the whole first GET on: the read-ahead to tell of reads from offset 0, and each read handle's key.
@@ -161,9 +162,21 @@ where
         kernel: KernelLink,
         from_start: Option<Arc<ReadAhead>>,
         listings: Option<ListOnLookup>,
+        read_only: bool,
     ) -> Self {
         let from_start = from_start.map(|ahead| ReadsFromStart { ahead, keys: Mutex::default() });
-        Self { fs, opened, pages: PageCache::new(mode), kernel, from_start, listings }
+        Self { fs, opened, pages: PageCache::new(mode), kernel, from_start, listings, read_only }
+    }
+
+    /// The crates' flush, or on a read-only mount ENOSYS, which the kernel takes as "send no FLUSH again" on this
+    /// connection: each close() then stops waiting a round trip to this program. There a read handle's flush only
+    /// marks the handle closed for the check against a writer opening the file, and no writer can open; the
+    /// release that follows every close frees the handle as before.
+    pub async fn flush(&self, ino: InodeNo, fh: u64, lock_owner: u64, pid: u32) -> Result<(), libc::c_int> {
+        if self.read_only {
+            return Err(libc::ENOSYS);
+        }
+        self.fs.flush(ino, fh, lock_owner, pid).await.map_err(|error| failed("flush", &error))
     }
 
     /// The crates' lookup (answered before [`Self::after_lookup`]).
@@ -395,10 +408,27 @@ where
     }
 
     fn flush(&self, req: &Request<'_>, ino: InodeNo, fh: u64, lock_owner: u64, reply: ReplyEmpty) {
-        match block_on(self.fs.flush(ino, fh, lock_owner, req.pid())) {
+        match block_on(KeepCacheFs::flush(self, ino, fh, lock_owner, req.pid())) {
             Ok(()) => reply.ok(),
-            Err(e) => reply.error(failed("flush", &e)),
+            Err(errno) => reply.error(errno),
         }
+    }
+
+    /// No ioctl is supported: ENOTTY at once, as for a regular file on a local disk, where fuser's default would
+    /// log a warning. Python's `open()` asks `isatty()` of every file it opens (TCGETS), so a loader's every open
+    /// would have written a line to the mount's log: a million lines an epoch on ImageNet.
+    fn ioctl(
+        &self,
+        _req: &Request<'_>,
+        _ino: InodeNo,
+        _fh: u64,
+        _flags: u32,
+        _cmd: u32,
+        _in_data: &[u8],
+        _out_size: u32,
+        reply: ReplyIoctl,
+    ) {
+        reply.error(libc::ENOTTY);
     }
 
     fn release(
@@ -784,6 +814,32 @@ pub(crate) mod tests {
 
     fn ino_of(fs: &KeepCacheFs<MockClient>, parent: InodeNo, name: &str) -> InodeNo {
         block_on(fs.fs.lookup(parent, OsStr::new(name))).expect("lookup").attr.ino
+    }
+
+    #[test]
+    fn a_read_only_mount_asks_the_kernel_for_no_flush_and_a_read_write_one_flushes() {
+        let client = client_with(&[("a.jpg", b"one")]);
+        let read_only = adapter(
+            &client,
+            superblock(&client),
+            KeepCache::WhileUnchanged,
+            true,
+            Recorder::default(),
+            None,
+            Lookups::MINUTE,
+        );
+        let ino = ino_of(&read_only, 1, "a.jpg");
+        let opened = block_on(read_only.open(ino, libc::O_RDONLY, 1)).expect("open");
+        assert_eq!(block_on(read_only.flush(ino, opened.fh, 0, 1)), Err(libc::ENOSYS));
+        // With no flush before it, the release frees the handle, and the file opens and reads again.
+        block_on(read_only.release(ino, opened.fh, libc::O_RDONLY, None, false)).expect("release");
+        assert_eq!(read_range(&read_only, ino, 0, 3), b"one");
+
+        let read_write = plain(&client, Recorder::default());
+        let ino = ino_of(&read_write, 1, "a.jpg");
+        let opened = block_on(read_write.open(ino, libc::O_RDONLY, 1)).expect("open");
+        assert_eq!(block_on(read_write.flush(ino, opened.fh, 0, 1)), Ok(()), "a writable mount flushes as before");
+        block_on(read_write.release(ino, opened.fh, libc::O_RDONLY, None, true)).expect("release");
     }
 
     #[test]

@@ -772,6 +772,11 @@ pub(crate) mod tests {
         adapter(client, superblock(client), KeepCache::WhileUnchanged, false, kernel, None, Lookups::MINUTE)
     }
 
+    /// A plain read-only mount (mountctl's default), nothing read ahead.
+    fn read_only_plain(client: &MockClient) -> KeepCacheFs<MockClient> {
+        adapter(client, superblock(client), KeepCache::WhileUnchanged, true, Recorder::default(), None, Lookups::MINUTE)
+    }
+
     /// A plain mount with the whole first GET on for objects up to `up_to` bytes, nothing read ahead across files.
     fn whole_first_get(client: &MockClient, up_to: u64) -> (KeepCacheFs<MockClient>, Arc<ReadAhead>) {
         let whole_first = WholeFirstGet { up_to, above: PrefetcherConfig::default().initial_request_size as u64 };
@@ -819,15 +824,7 @@ pub(crate) mod tests {
     #[test]
     fn a_read_only_mount_asks_the_kernel_for_no_flush_and_a_read_write_one_flushes() {
         let client = client_with(&[("a.jpg", b"one")]);
-        let read_only = adapter(
-            &client,
-            superblock(&client),
-            KeepCache::WhileUnchanged,
-            true,
-            Recorder::default(),
-            None,
-            Lookups::MINUTE,
-        );
+        let read_only = read_only_plain(&client);
         let ino = ino_of(&read_only, 1, "a.jpg");
         let opened = block_on(read_only.open(ino, libc::O_RDONLY, 1)).expect("open");
         assert_eq!(block_on(read_only.flush(ino, opened.fh, 0, 1)), Err(libc::ENOSYS));
@@ -957,15 +954,7 @@ pub(crate) mod tests {
         // The case above with the flag off (`--whole-first-get 0`): the crates' 1.125 MiB first GET, then more.
         let body = vec![7u8; 3 * PART];
         let client = client_with_parts(&[("shard.tar", &body)], CLIENT_PART);
-        let fs = adapter(
-            &client,
-            superblock(&client),
-            KeepCache::WhileUnchanged,
-            true,
-            Recorder::default(),
-            None,
-            Lookups::MINUTE,
-        );
+        let fs = read_only_plain(&client);
         let gets = client.new_counter(Operation::GetObject);
         let ino = ino_of(&fs, 1, "shard.tar");
         assert_eq!(read_range(&fs, ino, 0, body.len() as u64), body);

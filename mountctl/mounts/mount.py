@@ -187,6 +187,7 @@ class Mount:
         self._max_restarts = max_restarts
         self._watchdog: Watchdog | None = None
         self._warm: str | None = None  # the warm this mount does (warm_for), set at start
+        self._keeps_pages = False  # the kernel keeps its files' pages across opens (Backend.keeps_pages), set at start
         self._warmer: Warmer | None = None
         self.warm_report: WarmReport | None = None  # set when a warm asked for by spec.warm ended
         self._stopping = threading.Event()
@@ -261,8 +262,8 @@ class Mount:
             self.memory_mb, self.memory_note = self._backend.memory_bound(self.spec)
             if self.memory_note:
                 log.warning("%s: %s", self.path, self.memory_note)
-            self._warm = warm_for(self.spec.warm, self._backend.name, bool(self.spec.cache_dir),
-                                  self._backend.keeps_pages(self.spec))
+            self._keeps_pages = self._backend.keeps_pages(self.spec)
+            self._warm = warm_for(self.spec.warm, self._backend.name, bool(self.spec.cache_dir), self._keeps_pages)
             warm_list = read_listing(self._warm) if self._warm else None  # a bad list fails here, early
             self._hold_object_list()
             scratch.sweep_abandoned_workdirs()
@@ -298,7 +299,7 @@ class Mount:
         automatic = self._warm == WARM_AUTO
         budget = cache_budget_bytes(self._cache_plan.size_mb if self._cache_plan else None)
         into = "the cache"
-        if budget is None and self._backend is not None and self._backend.keeps_pages(self.spec):
+        if budget is None and self._keeps_pages:
             # No data cache, but the kernel keeps the pages the warm reads for the loader's opens.
             budget, into = page_cache_budget_bytes(), "the page cache"
         if budget is None:

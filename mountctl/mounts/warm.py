@@ -363,9 +363,9 @@ def available_memory_bytes() -> int:
     return 1 << 30
 
 
-def page_cache_budget_bytes(available_bytes: int | None = None) -> int:
+def page_cache_budget_bytes() -> int:
     """How much a warm into the kernel's page cache may read: a quarter of the node's available memory."""
-    return int((available_memory_bytes() if available_bytes is None else available_bytes) * _PAGE_CACHE_SHARE)
+    return int(available_memory_bytes() * _PAGE_CACHE_SHARE)
 
 
 if __name__ == "__main__":

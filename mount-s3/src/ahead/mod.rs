@@ -466,7 +466,7 @@ where
         if block_idx == 0 {
             self.start_after(cache_key.key());
         }
-        if block_offset + self.block_size >= object_size as u64 {
+        if self.ahead.config.kernel_keeps > 0 && block_offset + self.block_size >= object_size as u64 {
             self.ahead.read_through(cache_key, object_size as u64);
         }
         if let Some(block) = self.held_block(cache_key, block_idx, block_offset, object_size).await {
